@@ -1,0 +1,163 @@
+// Endpoint, Communicator and Work. Every call that can block releases the GIL, so
+// Python threads (a watchdog, an exporter) keep running while a collective waits.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "hetobs/comm/communicator.h"
+#include "hetobs/comm/endpoint.h"
+#include "hetobs/common/log.h"
+#include "register.h"
+
+namespace py = pybind11;
+
+namespace hetobs {
+namespace bindings {
+namespace {
+
+OpArgs makeArgs(int op, uintptr_t sptr, size_t scount, uintptr_t rptr, size_t rcount, int dtype, int redop, int root,
+                double timeout, int size) {
+  if (op < 0 || op >= int(OpKind::kCount)) throw py::value_error("invalid op code " + std::to_string(op));
+  if (dtype < 0 || dtype >= int(DType::kCount)) throw py::value_error("invalid dtype code " + std::to_string(dtype));
+  if (redop < 0 || redop >= int(RedOp::kCount)) throw py::value_error("invalid reduction code " + std::to_string(redop));
+  OpKind k = OpKind(op);
+  bool rooted = k == OpKind::kBroadcast || k == OpKind::kReduce || isP2P(k);
+  if (rooted && (root < 0 || root >= size))
+    throw py::value_error("root/peer " + std::to_string(root) + " is not a rank of this communicator");
+  OpArgs a;
+  a.op = k;
+  a.dtype = DType(dtype);
+  a.redop = RedOp(redop);
+  a.root_or_peer = root;
+  a.send = reinterpret_cast<const uint8_t*>(sptr);
+  a.send_count = scount;
+  a.recv = reinterpret_cast<uint8_t*>(rptr);
+  a.recv_count = rcount;
+  a.timeout_s = timeout;
+  return a;
+}
+
+py::dict linkDict(const LinkInfo& l) {
+  py::dict d;
+  d["peer"] = l.peer;
+  d["global_peer"] = l.global_peer;
+  d["host"] = l.host;
+  d["pid"] = l.pid;
+  d["transport"] = l.transport;
+  d["bytes_sent"] = l.bytes_sent;
+  d["bytes_recv"] = l.bytes_recv;
+  d["frames_sent"] = l.frames_sent;
+  d["frames_recv"] = l.frames_recv;
+  d["busy_ns"] = l.busy_ns;
+  d["last_activity_ns"] = l.last_activity_ns;
+  py::dict prog;
+  prog["send_posted"] = l.send_posted;
+  prog["send_sent"] = l.send_sent;
+  prog["send_acked"] = l.send_acked;
+  prog["send_done"] = l.send_done;
+  prog["recv_posted"] = l.recv_posted;
+  prog["recv_received"] = l.recv_received;
+  prog["recv_done"] = l.recv_done;
+  prog["last_change_ns"] = l.progress_change_ns;
+  d["progress"] = prog;
+  return d;
+}
+
+}  // namespace
+
+void registerComm(py::module_& m) {
+  py::class_<Work, std::shared_ptr<Work>>(m, "Work")
+      .def("wait", &Work::wait, py::arg("timeout") = -1.0, py::call_guard<py::gil_scoped_release>())
+      .def("is_completed", &Work::isCompleted);
+
+  py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator")
+      .def_property_readonly("rank", &Communicator::rank)
+      .def_property_readonly("size", &Communicator::size)
+      .def_property_readonly("comm_id", &Communicator::id)
+      .def_property_readonly("global_ranks", &Communicator::globalRanks)
+      .def_property_readonly("address",
+                             [](const Communicator& c) {
+                               return py::make_tuple(c.endpoint().card().ip, c.endpoint().card().port);
+                             })
+      .def(
+          "run",
+          [](Communicator& c, int op, uintptr_t sptr, size_t scount, uintptr_t rptr, size_t rcount, int dtype,
+             int redop, int root, double timeout, bool async) -> py::object {
+            OpArgs a = makeArgs(op, sptr, scount, rptr, rcount, dtype, redop, root, timeout, c.size());
+            std::shared_ptr<Work> w;
+            {
+              py::gil_scoped_release nogil;
+              w = c.submit(a, async);
+            }
+            if (!w) return py::none();
+            return py::cast(w);
+          },
+          py::arg("op"), py::arg("send_ptr"), py::arg("send_count"), py::arg("recv_ptr"), py::arg("recv_count"),
+          py::arg("dtype"), py::arg("redop"), py::arg("root"), py::arg("timeout"), py::arg("async_op"))
+      .def(
+          "split",
+          [](Communicator& c, int color, int key) {
+            py::gil_scoped_release nogil;
+            return c.split(color, key);
+          },
+          py::arg("color"), py::arg("key"))
+      .def("links",
+           [](const Communicator& c) {
+             py::list out;
+             for (const auto& l : c.links()) out.append(linkDict(l));
+             return out;
+           })
+      .def("close", &Communicator::close, py::call_guard<py::gil_scoped_release>());
+
+  py::class_<Endpoint, std::shared_ptr<Endpoint>>(m, "Endpoint")
+      .def(py::init([](int rank, int size, const std::string& job, const std::string& secret,
+                       const std::string& transport, double timeout, double connectTimeout, size_t smallBytes) {
+             CommConfig cfg;
+             cfg.rank = rank;
+             cfg.size = size;
+             cfg.job_id = job;
+             cfg.secret = secret;
+             cfg.transport = parseTransport(transport);
+             cfg.timeout_s = timeout;
+             cfg.connect_timeout_s = connectTimeout;
+             cfg.small_bytes = smallBytes;
+             return std::make_shared<Endpoint>(cfg);
+           }),
+           py::arg("rank"), py::arg("size"), py::arg("job_id"), py::arg("secret"), py::arg("transport"),
+           py::arg("timeout"), py::arg("connect_timeout"), py::arg("small_bytes"))
+      .def("card", [](const Endpoint& e) { return py::bytes(e.card().encode()); })
+      .def_property_readonly("address", [](const Endpoint& e) { return py::make_tuple(e.card().ip, e.card().port); })
+      .def("refused_connections", [](Endpoint& e) { return e.listener().refused(); })
+      .def(
+          "connect",
+          [](Endpoint& e, const std::vector<std::string>& cards) {
+            py::gil_scoped_release nogil;
+            return e.connect(cards);
+          },
+          py::arg("cards"))
+      .def(
+          "rendezvous",
+          [](Endpoint& e, const std::string& addr, int port) {
+            py::gil_scoped_release nogil;
+            return e.rendezvous(addr, port);
+          },
+          py::arg("master_addr"), py::arg("master_port"));
+
+  m.def(
+      "probe",
+      [](const std::string& host, int port, const std::string& job, const std::string& secret, double timeout) {
+        py::gil_scoped_release nogil;
+        probe(host, port, job, secret, timeout);
+      },
+      py::arg("host"), py::arg("port"), py::arg("job_id"), py::arg("secret"), py::arg("timeout") = 2.0,
+      "Authenticate to a rank's listener; raises hetobs.AuthError when refused.");
+
+  m.def("set_log_level", [](const std::string& level) {
+    static const char* kNames[] = {"ERROR", "WARN", "INFO", "DEBUG"};
+    for (int i = 0; i < 4; ++i)
+      if (level == kNames[i]) return setLogLevel(LogLevel(i));
+    throw py::value_error("log level '" + level + "': expected ERROR, WARN, INFO or DEBUG");
+  });
+}
+
+}  // namespace bindings
+}  // namespace hetobs

@@ -1,0 +1,43 @@
+// Native exceptions surface as the classes of hetobs.errors, so Python code catches
+// hetobs.PeerError whether the error was born in C++ or Python.
+#include <pybind11/pybind11.h>
+
+#include "hetobs/common/error.h"
+#include "register.h"
+
+namespace py = pybind11;
+
+namespace hetobs {
+namespace bindings {
+
+void registerErrors(py::module_& m) {
+  py::module_ errors = py::module_::import("hetobs.errors");
+  // Leaked references: the translator outlives module teardown order.
+  static PyObject* base = py::object(errors.attr("HetobsError")).release().ptr();
+  static PyObject* peer = py::object(errors.attr("PeerError")).release().ptr();
+  static PyObject* mismatch = py::object(errors.attr("MismatchError")).release().ptr();
+  static PyObject* timeout = py::object(errors.attr("OpTimeoutError")).release().ptr();
+  static PyObject* aborted = py::object(errors.attr("CommAbortedError")).release().ptr();
+  static PyObject* auth = py::object(errors.attr("AuthError")).release().ptr();
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const MismatchError& e) {
+      PyErr_SetString(mismatch, e.what());
+    } catch (const PeerError& e) {
+      PyErr_SetString(peer, e.what());
+    } catch (const TimeoutError& e) {
+      PyErr_SetString(timeout, e.what());
+    } catch (const AbortedError& e) {
+      PyErr_SetString(aborted, e.what());
+    } catch (const AuthError& e) {
+      PyErr_SetString(auth, e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(base, e.what());
+    }
+  });
+  m.attr("HetobsError") = errors.attr("HetobsError");
+}
+
+}  // namespace bindings
+}  // namespace hetobs

@@ -1,0 +1,90 @@
+// Op records as plain dicts. Field names follow PyTorch's Flight Recorder where the
+// concepts overlap (record_id, pg_id, collective_seq_id, p2p_seq_id, profiling_name,
+// input/output sizes and dtypes, state, time_created_ns, ...), so FR tooling can
+// read them; hetobs's own fields (bytes, peer, algorithm, busbw, ...) follow.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "hetobs/common/clock.h"
+#include "hetobs/common/wire.h"
+#include "hetobs/record/recorder.h"
+#include "register.h"
+
+namespace py = pybind11;
+
+namespace hetobs {
+namespace bindings {
+namespace {
+
+py::dict recordDict(const OpRecord& r) {
+  py::dict d;
+  const char* op = opName(OpKind(r.op));
+  const char* dt = dtypeName(DType(r.dtype));
+  bool p2p = isP2P(OpKind(r.op));
+  d["record_id"] = r.record_id;
+  d["pg_id"] = r.comm_id;
+  d["comm_id"] = r.comm_id;
+  d["collective_seq_id"] = r.coll_seq;
+  d["p2p_seq_id"] = r.p2p_seq;
+  d["op"] = op;
+  d["profiling_name"] = std::string("hetobs:") + op;
+  d["input_sizes"] = py::make_tuple(py::make_tuple(r.count));
+  d["output_sizes"] = py::make_tuple(py::make_tuple(r.out_count));
+  d["input_dtypes"] = py::make_tuple(dt);
+  d["output_dtypes"] = py::make_tuple(dt);
+  d["dtype"] = dt;
+  d["count"] = r.count;
+  d["out_count"] = r.out_count;
+  d["bytes"] = r.bytes;
+  d["reduction"] = (OpKind(r.op) == OpKind::kAllReduce || OpKind(r.op) == OpKind::kReduce ||
+                    OpKind(r.op) == OpKind::kReduceScatter)
+                       ? py::object(py::str(redOpName(RedOp(r.redop))))
+                       : py::object(py::none());
+  d["root"] = (!p2p && r.root_or_peer >= 0) ? py::object(py::int_(r.root_or_peer)) : py::object(py::none());
+  d["peer"] = p2p ? py::object(py::int_(r.root_or_peer)) : py::object(py::none());
+  d["state"] = opStateName(OpState(r.state));
+  d["algorithm"] = algorithmName(Algorithm(r.algorithm));
+  d["backend"] = backendName(Backend(r.backend));
+  d["device_type"] = deviceTypeName(DeviceType(r.device_type));
+  d["comm_size"] = r.comm_size;
+  d["comm_rank"] = r.comm_rank;
+  d["time_created_ns"] = monoToWallNs(r.t_enqueue_ns);
+  d["time_discovered_started_ns"] = r.t_start_ns ? py::object(py::int_(monoToWallNs(r.t_start_ns))) : py::none();
+  d["time_discovered_completed_ns"] = r.t_end_ns ? py::object(py::int_(monoToWallNs(r.t_end_ns))) : py::none();
+  d["duration_ms"] = (r.t_end_ns && r.t_start_ns) ? py::object(py::float_(double(r.t_end_ns - r.t_start_ns) / 1e6))
+                                                   : py::object(py::none());
+  d["algbw_gbps"] = r.algbw_gbps;
+  d["busbw_gbps"] = r.busbw_gbps;
+  d["error"] = r.error[0] ? py::object(py::str(r.error)) : py::object(py::none());
+  return d;
+}
+
+}  // namespace
+
+void registerRecords(py::module_& m) {
+  m.def("records", [] {
+    std::vector<OpRecord> snap;
+    {
+      py::gil_scoped_release nogil;
+      snap = Recorder::instance().snapshot();
+    }
+    py::list out;
+    for (const auto& r : snap) out.append(recordDict(r));
+    return out;
+  }, "Every op record of this process, oldest first.");
+  m.def("configure_recorder", [](size_t capacity) {
+    if (capacity == 0) throw py::value_error("HETOBS_RECORDS must be at least 1");
+    Recorder::instance().configure(capacity);
+  });
+  m.def("build_info", [] {
+    py::dict d;
+    d["version"] = HETOBS_VERSION;
+    d["compiler"] = __VERSION__;
+    d["record_bytes"] = sizeof(OpRecord);
+    d["frame_header_bytes"] = sizeof(FrameHeader);
+    return d;
+  });
+}
+
+}  // namespace bindings
+}  // namespace hetobs

@@ -1,0 +1,44 @@
+#pragma once
+// The rank's one listening socket. A background thread accepts, authenticates
+// (a stranger is refused and logged, and cannot disturb the job) and parks good
+// connections until the communicator that expects them takes them.
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "hetobs/bootstrap/handshake.h"
+#include "hetobs/common/net.h"
+
+namespace hetobs {
+
+class Listener {
+ public:
+  Listener(Credentials cred, const std::string& bindHost);
+  ~Listener();
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+
+  int port() const { return addr_.port; }
+  // Wait for the authenticated connection from `fromRank` of communicator `commId`.
+  int take(uint64_t commId, int fromRank, int64_t deadlineNs);
+  uint64_t refused() const { return refused_; }
+
+ private:
+  void loop();
+  void handle(int fd);
+
+  Credentials cred_;
+  SockAddr addr_;
+  int fd_ = -1;
+  int wake_[2] = {-1, -1};
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::pair<uint64_t, int>, int> parked_;
+  uint64_t refused_ = 0;
+};
+
+}  // namespace hetobs

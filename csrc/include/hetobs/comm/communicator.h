@@ -1,0 +1,139 @@
+#pragma once
+// A group of ranks that run collectives together. Owns one channel per peer (TCP or
+// shared memory), the sequence counters, the op records it writes, and the error
+// state: after a failure it refuses further ops, because peers may still write into
+// the caller's buffers.
+//
+// Threading: ops run one at a time, in submission order, either inline on the
+// caller's thread or on the communicator's worker thread (async ops, and blocking
+// ops issued while async ones are pending). links() and records may be read from
+// any thread at any time.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hetobs/comm/config.h"
+#include "hetobs/comm/work.h"
+#include "hetobs/common/wire.h"
+#include "hetobs/transport/channel.h"
+
+namespace hetobs {
+
+class Endpoint;
+namespace shm {
+class Segment;
+}
+
+struct OpArgs {
+  OpKind op = OpKind::kAllReduce;
+  DType dtype = DType::kFloat32;
+  RedOp redop = RedOp::kSum;
+  int root_or_peer = 0;
+  const uint8_t* send = nullptr;
+  size_t send_count = 0;
+  uint8_t* recv = nullptr;
+  size_t recv_count = 0;
+  double timeout_s = -1;  // negative: the communicator's default
+};
+
+struct LinkInfo {
+  int peer;
+  int global_peer;
+  std::string host;
+  int pid;
+  std::string transport;
+  uint64_t bytes_sent, bytes_recv, frames_sent, frames_recv;
+  int64_t busy_ns, last_activity_ns;
+  uint64_t send_posted, send_sent, send_acked, send_done, recv_posted, recv_received, recv_done;
+  int64_t progress_change_ns;
+};
+
+class Communicator : public std::enable_shared_from_this<Communicator> {
+ public:
+  Communicator(std::shared_ptr<Endpoint> endpoint, uint64_t id, std::vector<int> globalRanks, int rank);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // Build the channels to every member (collective over the members).
+  void connect();
+
+  int rank() const { return rank_; }
+  int size() const { return int(global_.size()); }
+  uint64_t id() const { return id_; }
+  const std::vector<int>& globalRanks() const { return global_; }
+  const CommConfig& config() const;
+  const Endpoint& endpoint() const { return *endpoint_; }
+
+  // Blocking: runs the op and returns nullptr (throws its error). Async: returns a Work.
+  std::shared_ptr<Work> submit(const OpArgs& args, bool async);
+  // Collective: ranks with equal color >= 0 form a new communicator ordered by (key, rank).
+  std::shared_ptr<Communicator> split(int color, int key);
+  std::vector<LinkInfo> links() const;
+  void close();
+
+  // ---- for algorithms, on the thread running the op ----
+  // Post the items and drive the channels until all are done. Items to the same peer
+  // in the same direction complete in order.
+  void exchange(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr);
+  const OpDesc& desc() const { return desc_; }
+  uint8_t* scratch(size_t bytes);
+  size_t smallBytes() const;
+
+ private:
+  void execute(const OpArgs& args, int64_t enqueueNs);
+  void workerLoop();
+  OpDesc expectFrom(int peer) const;
+  void waitForEvents(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr, uint32_t bellSeen, int64_t idleNs);
+  void pollAllControl();
+  [[noreturn]] void timeoutError(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr);
+  [[noreturn]] void handleFailure(std::exception_ptr e);
+  [[noreturn]] void resolveMismatch(int directPeer, const OpDesc* directTheirs, const struct AbortNotice* notice);
+  void abortPeers(const struct AbortNotice& n);
+  std::string opContext() const;
+  void buildChannels();
+
+  std::shared_ptr<Endpoint> endpoint_;
+  uint64_t id_;
+  std::vector<int> global_;
+  int rank_;
+  std::vector<std::unique_ptr<Channel>> channels_;  // by comm rank; null for self
+  std::unique_ptr<shm::Segment> segment_;           // ours (incoming rings, doorbell)
+  bool anyShm_ = false, anyTcp_ = false;
+
+  // Sequence ids: collectives share one counter; p2p counts per peer and direction.
+  uint64_t collSeq_ = 0;
+  uint64_t p2pSeq_ = 0;
+  std::vector<uint64_t> sendSeq_, recvSeq_;
+  uint64_t splitCount_ = 0;
+
+  OpDesc desc_{};          // the op running now
+  int64_t opStartNs_ = 0;   // when it started
+  int64_t deadlineNs_ = 0;  // its deadline
+  std::vector<uint8_t> scratch_;
+
+  std::atomic<bool> failed_{false};
+  std::string cause_;  // set once when failed_ flips; read after
+  std::atomic<bool> closed_{false};
+
+  std::mutex execMu_;
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  struct Task {
+    OpArgs args;
+    int64_t enqueue_ns;
+    std::shared_ptr<Work> work;
+  };
+  std::deque<Task> queue_;
+  int pending_ = 0;
+  bool stopWorker_ = false;
+  std::thread worker_;
+};
+
+}  // namespace hetobs

@@ -1,0 +1,46 @@
+#pragma once
+// This process's presence in a job: its settings, its listener, and every rank's card.
+// Communicators (the world and those split from it) share it.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hetobs/bootstrap/card.h"
+#include "hetobs/bootstrap/handshake.h"
+#include "hetobs/bootstrap/listener.h"
+#include "hetobs/comm/config.h"
+
+namespace hetobs {
+
+class Communicator;
+
+class Endpoint : public std::enable_shared_from_this<Endpoint> {
+ public:
+  explicit Endpoint(CommConfig cfg);
+  ~Endpoint();
+
+  const CommConfig& config() const { return cfg_; }
+  const Credentials& credentials() const { return cred_; }
+  const Card& card() const { return card_; }
+  const std::vector<Card>& cards() const { return cards_; }
+  Listener& listener() { return *listener_; }
+
+  // Exchange cards through rank 0 at master (start-up only), then connect the world.
+  std::shared_ptr<Communicator> rendezvous(const std::string& masterAddr, int masterPort);
+  // Connect the world from cards gathered elsewhere (e.g. a store handed in by Python).
+  std::shared_ptr<Communicator> connect(const std::vector<std::string>& encodedCards);
+
+  int64_t connectDeadline() const;
+
+ private:
+  CommConfig cfg_;
+  Credentials cred_;
+  Card card_;
+  std::vector<Card> cards_;
+  std::unique_ptr<Listener> listener_;
+};
+
+// Try to authenticate to a rank's listener (a liveness/auth probe); throws AuthError if refused.
+void probe(const std::string& host, int port, const std::string& job, const std::string& secret, double timeoutS);
+
+}  // namespace hetobs

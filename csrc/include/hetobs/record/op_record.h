@@ -1,0 +1,52 @@
+#pragma once
+// One op as the recorder keeps it: plain data of fixed size, so a ring of them can
+// live in shared memory and be read by another process (the watchdog issue maps it).
+// Field meanings follow PyTorch's Flight Recorder where they overlap.
+#include <atomic>
+#include <cstdint>
+
+namespace hetobs {
+
+enum class OpState : uint8_t { kEnqueued = 0, kStarted = 1, kCompleted = 2, kFailed = 3 };
+enum class Algorithm : uint8_t { kNone = 0, kRing = 1, kDirect = 2, kChain = 3, kP2P = 4 };
+enum class Backend : uint8_t { kNative = 0, kGloo = 1, kNccl = 2, kMpi = 3 };
+enum class DeviceType : uint8_t { kCpu = 0, kCuda = 1 };
+
+const char* opStateName(OpState s);
+const char* algorithmName(Algorithm a);
+const char* backendName(Backend b);
+const char* deviceTypeName(DeviceType d);
+
+struct OpRecord {
+  // Seqlock: odd while a writer is inside; readers retry until they see the same even value twice.
+  uint64_t version;  // accessed only with __atomic builtins (the struct must stay plain data)
+  uint64_t record_id;      // monotonic per process; slot = id % capacity
+  uint64_t comm_id;
+  uint64_t coll_seq;       // collective sequence id in the communicator (0 for p2p)
+  uint64_t p2p_seq;        // p2p sequence id in the communicator (0 for collectives)
+  uint64_t count;          // elements in (send side)
+  uint64_t out_count;      // elements out (recv side)
+  uint64_t bytes;          // payload bytes of the op (nccl-tests "size")
+  int64_t t_enqueue_ns;    // monotonic
+  int64_t t_start_ns;
+  int64_t t_end_ns;
+  double algbw_gbps;       // bytes / time, GB/s
+  double busbw_gbps;       // algbw x nccl-tests factor
+  int32_t root_or_peer;    // root of rooted ops, peer of send/recv, -1 otherwise
+  int32_t comm_size;
+  int32_t comm_rank;
+  uint8_t op;              // OpKind
+  uint8_t dtype;           // DType
+  uint8_t redop;           // RedOp
+  uint8_t state;           // OpState
+  uint8_t algorithm;       // Algorithm
+  uint8_t backend;         // Backend
+  uint8_t device_type;     // DeviceType
+  uint8_t pad_[5];
+  char error[96];          // first bytes of the error, if failed
+};
+
+// nccl-tests bus bandwidth factor for an op over n ranks.
+double busBwFactor(uint8_t op, int n);
+
+}  // namespace hetobs

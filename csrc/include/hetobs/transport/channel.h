@@ -1,0 +1,110 @@
+#pragma once
+// The abstract link to one peer within one communicator. Algorithms never see a
+// socket or a shared-memory ring: they post SendItems and RecvItems and the
+// communicator's progress loop drives the channels until every item is done.
+//
+// Threading: a channel is used by one thread at a time (the thread running the
+// communicator's current op). Counters it updates are atomics readable by anyone.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "hetobs/common/error.h"
+#include "hetobs/common/wire.h"
+#include "hetobs/record/progress.h"
+
+namespace hetobs {
+
+// Who is on the other end, for error messages.
+struct PeerInfo {
+  int rank = -1;         // rank in the communicator
+  int global_rank = -1;  // rank in the world
+  std::string host;
+  int pid = 0;
+  std::string describe() const;  // "rank 2 (host h, pid 123)"
+};
+
+struct SendItem {
+  int peer = -1;
+  const uint8_t* data = nullptr;
+  size_t len = 0;
+  // progress state (owned by the channel)
+  size_t offset = 0;
+  size_t frames = 0;
+  bool started = false;
+  bool done = false;
+};
+
+enum class RecvMode : uint8_t { kCopy, kReduce };
+
+struct RecvItem {
+  int peer = -1;
+  uint8_t* dst = nullptr;
+  size_t len = 0;
+  RecvMode mode = RecvMode::kCopy;
+  // kReduce: dst[i] = local[i] (op) incoming[i]; local may equal dst.
+  const uint8_t* local = nullptr;
+  DType dtype = DType::kUint8;
+  RedOp redop = RedOp::kSum;
+  // progress state (owned by the channel)
+  size_t offset = 0;
+  size_t frames = 0;
+  bool started = false;
+  bool done = false;
+};
+
+// A data frame from `peer` disagreed with the op this rank runs.
+class FrameMismatch : public MismatchError {
+ public:
+  FrameMismatch(int peer, const OpDesc& theirs, const OpDesc& ours, const std::string& msg)
+      : MismatchError(msg), peer(peer), theirs(theirs), ours(ours) {}
+  int peer;
+  OpDesc theirs, ours;
+};
+
+// `peer` sent an abort notice; `body` says why (see comm/abort.h for its format).
+class RemoteAbort : public Error {
+ public:
+  RemoteAbort(int peer, std::string body) : Error("abort notice from peer"), peer(peer), body(std::move(body)) {}
+  int peer;
+  std::string body;
+};
+
+// Compare a received frame's op with ours; throws FrameMismatch naming both sides.
+void checkFrame(const PeerInfo& peer, const OpDesc& theirs, const OpDesc& expect);
+
+class Channel {
+ public:
+  virtual ~Channel() = default;
+
+  // Move as much of `item` as possible without blocking; true when finished.
+  // Throws PeerError (peer gone), MismatchError (frame header disagrees).
+  virtual bool progressSend(SendItem& item, const OpDesc& desc) = 0;
+  virtual bool progressRecv(RecvItem& item, const OpDesc& expect) = 0;
+  // Handle control traffic (acks, aborts, EOF) without consuming data meant for a
+  // later op. Returns true if something changed. Throws like the progress calls.
+  virtual bool pollControl(const OpDesc* current) = 0;
+  // Send an abort notice carrying `body` (best effort, bounded time, never throws).
+  virtual void sendAbort(const std::string& body) = 0;
+  // After a failure: drop data frames so control frames behind them can be read.
+  virtual void discardData() {}
+  // Whether the peer's end is closed (EOF seen on its connection).
+  virtual bool peerClosed() const = 0;
+
+  virtual int pollFd() const = 0;       // socket to poll(); control socket for shm
+  virtual bool isShm() const = 0;
+  virtual const char* kind() const = 0;  // "tcp" / "shm"
+
+  const PeerInfo& peer() const { return peer_; }
+  PeerProgress& progress() { return progress_; }
+  LinkCounters& counters() { return counters_; }
+
+ protected:
+  explicit Channel(PeerInfo peer) : peer_(std::move(peer)) {}
+  PeerInfo peer_;
+  PeerProgress progress_;
+  LinkCounters counters_;
+};
+
+}  // namespace hetobs

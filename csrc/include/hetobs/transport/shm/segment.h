@@ -1,0 +1,66 @@
+#pragma once
+// One shared-memory segment per (communicator, rank) on a host: the rank's doorbell,
+// its abort word, and one incoming ring per local peer (single producer, single
+// consumer). Peers map it during set-up; the owner unlinks the name as soon as every
+// peer has mapped it, so a crash never leaves a file behind in /dev/shm.
+//
+// Layout (version 1): [SegmentHeader 256 B] then per slot [RingCtl 256 B][data ringBytes].
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "hetobs/common/futex.h"
+
+namespace hetobs {
+namespace shm {
+
+constexpr uint32_t kSegmentMagic = 0x4d485348;  // "HSHM"
+constexpr uint32_t kSegmentVersion = 1;
+
+struct RingCtl {
+  alignas(64) std::atomic<uint64_t> head;             // bytes published by the producer
+  alignas(64) std::atomic<uint64_t> tail;             // bytes released by the consumer
+  alignas(64) std::atomic<uint64_t> consumed_frames;  // frames the consumer finished (the "ack")
+  uint8_t pad_[64 - sizeof(std::atomic<uint64_t>)];
+};
+static_assert(sizeof(RingCtl) == 192, "ring control layout");
+
+struct SegmentHeader {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t nslots;
+  uint32_t reserved;
+  uint64_t ring_bytes;
+  alignas(64) Doorbell bell;            // rung for any event this rank waits on
+  alignas(64) std::atomic<uint32_t> abort;  // set by a peer that aborts the communicator
+};
+
+class Segment {
+ public:
+  static std::unique_ptr<Segment> create(const std::string& name, uint32_t nslots, uint64_t ringBytes);
+  static std::unique_ptr<Segment> open(const std::string& name);
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  void unlink();  // remove the name (mappings stay valid)
+  const std::string& name() const { return name_; }
+  SegmentHeader* header() const { return reinterpret_cast<SegmentHeader*>(base_); }
+  RingCtl* ring(uint32_t slot) const;
+  uint8_t* data(uint32_t slot) const;
+  uint64_t ringBytes() const { return header()->ring_bytes; }
+
+ private:
+  Segment(std::string name, uint8_t* base, size_t size, bool owner);
+  static size_t sizeFor(uint32_t nslots, uint64_t ringBytes);
+  std::string name_;
+  uint8_t* base_;
+  size_t size_;
+  bool owner_;
+  bool linked_;
+};
+
+}  // namespace shm
+}  // namespace hetobs

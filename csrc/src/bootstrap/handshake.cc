@@ -1,0 +1,123 @@
+#include "hetobs/bootstrap/handshake.h"
+
+#include <cstring>
+#include <string>
+
+#include "hetobs/common/error.h"
+#include "hetobs/common/hmac.h"
+#include "hetobs/common/net.h"
+
+namespace hetobs {
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x48425448;  // "HTBH"
+constexpr uint32_t kVersion = 1;
+
+struct ServerHello {
+  uint32_t magic;
+  uint32_t version;
+  uint8_t nonce[16];
+};
+struct ClientHello {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t purpose;
+  int32_t from_rank;
+  int32_t to_rank;
+  uint32_t reserved;
+  uint64_t comm_id;
+  uint8_t nonce[16];
+  uint8_t mac[32];
+};
+struct ServerAccept {
+  uint32_t magic;
+  uint32_t status;  // 0 accepted, 1 refused
+  uint8_t mac[32];
+};
+
+Digest clientMac(const Credentials& c, const uint8_t* snonce, const ClientHello& h) {
+  std::string m = "hetobs-client|" + c.job + "|";
+  m.append(reinterpret_cast<const char*>(snonce), 16);
+  m.append(reinterpret_cast<const char*>(h.nonce), 16);
+  m.append(reinterpret_cast<const char*>(&h.purpose), 4);
+  m.append(reinterpret_cast<const char*>(&h.from_rank), 4);
+  m.append(reinterpret_cast<const char*>(&h.to_rank), 4);
+  m.append(reinterpret_cast<const char*>(&h.comm_id), 8);
+  return hmacSha256(c.key, m.data(), m.size());
+}
+
+Digest serverMac(const Credentials& c, const uint8_t* snonce, const uint8_t* cnonce) {
+  std::string m = "hetobs-server|" + c.job + "|";
+  m.append(reinterpret_cast<const char*>(cnonce), 16);
+  m.append(reinterpret_cast<const char*>(snonce), 16);
+  return hmacSha256(c.key, m.data(), m.size());
+}
+
+}  // namespace
+
+void clientHandshake(int fd, const Credentials& cred, const Hello& hello, int64_t deadlineNs) {
+  ServerHello sh{};
+  readFull(fd, &sh, sizeof sh, deadlineNs, "handshake (server hello)");
+  if (sh.magic != kHelloMagic || sh.version != kVersion)
+    throw AuthError(strFormat("handshake with %s: not a hetobs peer or another protocol version",
+                              peerAddressOf(fd).c_str()));
+  ClientHello ch{};
+  ch.magic = kHelloMagic;
+  ch.version = kVersion;
+  ch.purpose = uint32_t(hello.purpose);
+  ch.from_rank = hello.from_rank;
+  ch.to_rank = hello.to_rank;
+  ch.comm_id = hello.comm_id;
+  randomBytes(ch.nonce, sizeof ch.nonce);
+  Digest mac = clientMac(cred, sh.nonce, ch);
+  memcpy(ch.mac, mac.data(), 32);
+  writeFull(fd, &ch, sizeof ch, deadlineNs, "handshake (client hello)");
+  ServerAccept sa{};
+  try {
+    readFull(fd, &sa, sizeof sa, deadlineNs, "handshake (accept)");
+  } catch (const Error&) {
+    throw AuthError(strFormat("%s refused the handshake (closed the connection)", peerAddressOf(fd).c_str()));
+  }
+  if (sa.magic != kHelloMagic || sa.status != 0)
+    throw AuthError(strFormat("%s refused the handshake: wrong HETOBS_SECRET or another job (job id '%s')",
+                              peerAddressOf(fd).c_str(), cred.job.c_str()));
+  Digest expect = serverMac(cred, sh.nonce, ch.nonce);
+  if (!constantTimeEqual(expect.data(), sa.mac, 32))
+    throw AuthError(strFormat("%s could not prove it knows the job key; connection dropped",
+                              peerAddressOf(fd).c_str()));
+}
+
+Hello serverHandshake(int fd, const Credentials& cred, int64_t deadlineNs) {
+  ServerHello sh{};
+  sh.magic = kHelloMagic;
+  sh.version = kVersion;
+  randomBytes(sh.nonce, sizeof sh.nonce);
+  writeFull(fd, &sh, sizeof sh, deadlineNs, "handshake (server hello)");
+  ClientHello ch{};
+  readFull(fd, &ch, sizeof ch, deadlineNs, "handshake (client hello)");
+  ServerAccept sa{};
+  sa.magic = kHelloMagic;
+  Digest expect = clientMac(cred, sh.nonce, ch);
+  bool ok = ch.magic == kHelloMagic && ch.version == kVersion && constantTimeEqual(expect.data(), ch.mac, 32);
+  if (!ok) {
+    sa.status = 1;
+    try {
+      writeFull(fd, &sa, sizeof sa, deadlineNs, "handshake (refusal)");
+    } catch (const Error&) {
+    }
+    if (ch.magic != kHelloMagic) throw AuthError("not a hetobs handshake (bad magic)");
+    if (ch.version != kVersion) throw AuthError(strFormat("handshake protocol version %u, expected %u", ch.version, kVersion));
+    throw AuthError("bad HMAC: wrong HETOBS_SECRET or another job");
+  }
+  Digest mac = serverMac(cred, sh.nonce, ch.nonce);
+  memcpy(sa.mac, mac.data(), 32);
+  writeFull(fd, &sa, sizeof sa, deadlineNs, "handshake (accept)");
+  Hello h;
+  h.purpose = Purpose(ch.purpose);
+  h.comm_id = ch.comm_id;
+  h.from_rank = ch.from_rank;
+  h.to_rank = ch.to_rank;
+  return h;
+}
+
+}  // namespace hetobs

@@ -1,0 +1,97 @@
+#include "hetobs/bootstrap/listener.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "hetobs/common/clock.h"
+#include "hetobs/common/error.h"
+#include "hetobs/common/log.h"
+
+namespace hetobs {
+namespace {
+// A handshake must finish quickly: a stalled stranger holds the accept thread no longer.
+constexpr int64_t kHandshakeNs = 2000000000LL;
+}  // namespace
+
+Listener::Listener(Credentials cred, const std::string& bindHost) : cred_(std::move(cred)) {
+  fd_ = listenTcp(bindHost, 0, &addr_);
+  if (pipe2(wake_, O_CLOEXEC) != 0) throw Error("pipe2: " + errnoString(errno));
+  thread_ = std::thread([this] { loop(); });
+}
+
+Listener::~Listener() {
+  char c = 1;
+  ssize_t rc = write(wake_[1], &c, 1);
+  (void)rc;
+  if (thread_.joinable()) thread_.join();
+  close(fd_);
+  close(wake_[0]);
+  close(wake_[1]);
+  for (auto& kv : parked_) close(kv.second);
+}
+
+void Listener::loop() {
+  for (;;) {
+    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    int rc = poll(p, 2, -1);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      HETOBS_WARN("listener poll failed: %s", errnoString(errno).c_str());
+      return;
+    }
+    if (p[1].revents) return;
+    if (p[0].revents & POLLIN) {
+      int cfd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (cfd < 0) continue;
+      handle(cfd);
+    }
+  }
+}
+
+void Listener::handle(int cfd) {
+  std::string from = peerAddressOf(cfd);
+  try {
+    Hello h = serverHandshake(cfd, cred_, monoNs() + kHandshakeNs);
+    if (h.purpose == Purpose::kProbe) {
+      close(cfd);
+      return;
+    }
+    if (h.purpose != Purpose::kTransport) throw AuthError("unexpected handshake purpose");
+    std::lock_guard<std::mutex> g(mu_);
+    auto key = std::make_pair(h.comm_id, int(h.from_rank));
+    auto it = parked_.find(key);
+    if (it != parked_.end()) close(it->second);  // a retry replaces a stale attempt
+    parked_[key] = cfd;
+    cv_.notify_all();
+  } catch (const AuthError& e) {
+    ++refused_;
+    HETOBS_WARN("refused a connection from %s: %s", from.c_str(), e.what());
+    close(cfd);
+  } catch (const Error& e) {
+    ++refused_;
+    HETOBS_WARN("dropped a connection from %s during the handshake: %s", from.c_str(), e.what());
+    close(cfd);
+  }
+}
+
+int Listener::take(uint64_t commId, int fromRank, int64_t deadlineNs) {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto key = std::make_pair(commId, fromRank);
+  for (;;) {
+    auto it = parked_.find(key);
+    if (it != parked_.end()) {
+      int fd = it->second;
+      parked_.erase(it);
+      return fd;
+    }
+    int64_t left = deadlineNs - monoNs();
+    if (left <= 0) return -1;
+    cv_.wait_for(lk, std::chrono::nanoseconds(left));
+  }
+}
+
+}  // namespace hetobs

@@ -1,0 +1,105 @@
+// all_reduce, in place.
+//  - direct (latency path, small payloads): everyone sends its buffer to everyone and
+//    folds all n contributions in rank order, so every rank computes bit-identical
+//    results with one round of messages.
+//  - ring (bandwidth path): reduce-scatter then all-gather around the ring, n-1 steps
+//    each; every step streams its block in frames, reducing as frames arrive.
+#include <cstring>
+#include <vector>
+
+#include "hetobs/collectives/algorithm.h"
+#include "hetobs/collectives/reduce_kernels.h"
+
+namespace hetobs {
+namespace {
+
+void direct(Communicator& c, const OpArgs& a) {
+  const int n = c.size(), r = c.rank();
+  const size_t bytes = a.send_count * dtypeSize(a.dtype);
+  uint8_t* in = c.scratch(bytes * size_t(n));  // slot p holds rank p's contribution
+  SendItem sends[64];
+  RecvItem recvs[64];
+  std::vector<SendItem> sendV;
+  std::vector<RecvItem> recvV;
+  SendItem* sp = sends;
+  RecvItem* rp = recvs;
+  if (n - 1 > 64) {
+    sendV.resize(size_t(n - 1));
+    recvV.resize(size_t(n - 1));
+    sp = sendV.data();
+    rp = recvV.data();
+  }
+  size_t k = 0;
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    sp[k] = SendItem{};
+    sp[k].peer = p;
+    sp[k].data = a.recv;
+    sp[k].len = bytes;
+    rp[k] = RecvItem{};
+    rp[k].peer = p;
+    rp[k].dst = in + size_t(p) * bytes;
+    rp[k].len = bytes;
+    ++k;
+  }
+  c.exchange(sp, k, rp, k);
+  // Fold in rank order into slot 0 (or straight into the output on rank 0).
+  auto contribution = [&](int p) -> const uint8_t* { return p == r ? a.recv : in + size_t(p) * bytes; };
+  uint8_t* acc = r == 0 ? a.recv : in;
+  for (int p = 1; p < n; ++p) reduceInto(a.dtype, a.redop, acc, acc, contribution(p), a.send_count);
+  if (a.redop == RedOp::kAvg) divideBy(a.dtype, acc, a.send_count, double(n));
+  if (acc != a.recv) memcpy(a.recv, acc, bytes);
+}
+
+void ring(Communicator& c, const OpArgs& a) {
+  const int n = c.size(), r = c.rank();
+  const int right = mod(r + 1, n), left = mod(r - 1, n);
+  const size_t es = dtypeSize(a.dtype);
+  uint8_t* x = a.recv;
+  // Reduce-scatter: after step k = n-2 this rank holds the full reduction of block r.
+  for (int k = 0; k < n - 1; ++k) {
+    Block s = blockOf(a.send_count, n, mod(r - k - 1, n));
+    Block t = blockOf(a.send_count, n, mod(r - k - 2, n));
+    SendItem send{};
+    send.peer = right;
+    send.data = x + s.offset * es;
+    send.len = s.count * es;
+    RecvItem recv{};
+    recv.peer = left;
+    recv.dst = x + t.offset * es;
+    recv.local = recv.dst;
+    recv.len = t.count * es;
+    recv.mode = RecvMode::kReduce;
+    recv.dtype = a.dtype;
+    recv.redop = a.redop;
+    c.exchange(&send, 1, &recv, 1);
+  }
+  if (a.redop == RedOp::kAvg) {
+    Block mine = blockOf(a.send_count, n, r);
+    divideBy(a.dtype, x + mine.offset * es, mine.count, double(n));
+  }
+  // All-gather the reduced blocks.
+  for (int k = 0; k < n - 1; ++k) {
+    Block s = blockOf(a.send_count, n, mod(r - k, n));
+    Block t = blockOf(a.send_count, n, mod(r - k - 1, n));
+    SendItem send{};
+    send.peer = right;
+    send.data = x + s.offset * es;
+    send.len = s.count * es;
+    RecvItem recv{};
+    recv.peer = left;
+    recv.dst = x + t.offset * es;
+    recv.len = t.count * es;
+    c.exchange(&send, 1, &recv, 1);
+  }
+}
+
+}  // namespace
+
+void allReduce(Communicator& c, const OpArgs& a) {
+  if (c.size() == 1) return;  // avg over one rank is the identity
+  if (chooseAlgorithm(c, a) == Algorithm::kDirect) return direct(c, a);
+  ring(c, a);
+}
+
+}  // namespace hetobs

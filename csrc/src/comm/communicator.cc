@@ -1,0 +1,247 @@
+#include "hetobs/comm/communicator.h"
+
+#include <algorithm>
+
+#include "hetobs/collectives/algorithm.h"
+#include "hetobs/comm/endpoint.h"
+#include "hetobs/common/clock.h"
+#include "hetobs/common/error.h"
+#include "hetobs/common/log.h"
+#include "hetobs/record/recorder.h"
+#include "hetobs/transport/shm/segment.h"
+
+namespace hetobs {
+namespace {
+
+// splitmix64: a child's id from (parent, split number, color), equal on every member.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+Communicator::Communicator(std::shared_ptr<Endpoint> endpoint, uint64_t id, std::vector<int> globalRanks, int rank)
+    : endpoint_(std::move(endpoint)), id_(id), global_(std::move(globalRanks)), rank_(rank) {
+  sendSeq_.assign(global_.size(), 0);
+  recvSeq_.assign(global_.size(), 0);
+}
+
+Communicator::~Communicator() {
+  try {
+    close();
+  } catch (...) {
+  }
+}
+
+const CommConfig& Communicator::config() const { return endpoint_->config(); }
+size_t Communicator::smallBytes() const { return endpoint_->config().small_bytes; }
+
+void Communicator::connect() { buildChannels(); }
+
+uint8_t* Communicator::scratch(size_t bytes) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  return scratch_.data();
+}
+
+std::string Communicator::opContext() const {
+  return strFormat("%s on comm %llu failed at rank %d", desc_.str().c_str(), (unsigned long long)id_, rank_);
+}
+
+std::shared_ptr<Work> Communicator::submit(const OpArgs& args, bool async) {
+  if (closed_.load()) throw Error(strFormat("communicator %llu is closed", (unsigned long long)id_));
+  if (failed_.load())
+    throw AbortedError(strFormat("communicator %llu is unusable after an earlier failure: %s",
+                                 (unsigned long long)id_, cause_.c_str()));
+  int64_t t = monoNs();
+  std::unique_lock<std::mutex> lk(qmu_);
+  if (async || pending_ > 0) {
+    if (!worker_.joinable()) worker_ = std::thread([this] { workerLoop(); });
+    auto w = std::make_shared<Work>();
+    queue_.push_back(Task{args, t, w});
+    ++pending_;
+    qcv_.notify_all();
+    lk.unlock();
+    if (async) return w;
+    w->wait(-1);
+    return nullptr;
+  }
+  lk.unlock();
+  std::lock_guard<std::mutex> ex(execMu_);
+  execute(args, t);
+  return nullptr;
+}
+
+void Communicator::workerLoop() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lk(qmu_);
+      qcv_.wait(lk, [&] { return stopWorker_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::exception_ptr err;
+    try {
+      std::lock_guard<std::mutex> ex(execMu_);
+      if (failed_.load())
+        throw AbortedError(strFormat("communicator %llu is unusable after an earlier failure: %s",
+                                     (unsigned long long)id_, cause_.c_str()));
+      execute(task.args, task.enqueue_ns);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lk(qmu_);
+      --pending_;
+    }
+    task.work->finish(err);
+  }
+}
+
+void Communicator::execute(const OpArgs& a, int64_t enqueueNs) {
+  // Describe the op as every peer must see it.
+  OpDesc d;
+  d.comm_tag = uint32_t(id_);
+  d.op = a.op;
+  d.dtype = a.dtype;
+  d.redop = a.redop;
+  bool p2p = isP2P(a.op);
+  uint64_t p2pSeq = 0;
+  if (p2p) {
+    int peer = a.root_or_peer;
+    d.root = a.op == OpKind::kSend ? rank_ : peer;  // the sending rank, on both sides
+    d.seq = a.op == OpKind::kSend ? sendSeq_[size_t(peer)]++ : recvSeq_[size_t(peer)]++;
+    d.count = a.op == OpKind::kSend ? a.send_count : a.recv_count;
+    p2pSeq = ++p2pSeq_;
+  } else {
+    d.root = (a.op == OpKind::kBroadcast || a.op == OpKind::kReduce) ? a.root_or_peer : 0;
+    d.seq = ++collSeq_;
+    d.count = a.op == OpKind::kBarrier ? 0 : a.send_count;
+  }
+  desc_ = d;
+  double timeout = a.timeout_s >= 0 ? a.timeout_s : config().timeout_s;
+
+  OpRecord rec{};
+  rec.comm_id = id_;
+  rec.coll_seq = p2p ? 0 : d.seq;
+  rec.p2p_seq = p2pSeq;
+  rec.count = a.send_count;
+  rec.out_count = a.recv_count;
+  rec.bytes = opBytes(a, size());
+  rec.t_enqueue_ns = enqueueNs;
+  rec.root_or_peer = (p2p || a.op == OpKind::kBroadcast || a.op == OpKind::kReduce) ? a.root_or_peer : -1;
+  rec.comm_size = size();
+  rec.comm_rank = rank_;
+  rec.op = uint8_t(a.op);
+  rec.dtype = uint8_t(a.dtype);
+  rec.redop = uint8_t(a.redop);
+  rec.state = uint8_t(OpState::kStarted);
+  rec.algorithm = uint8_t(chooseAlgorithm(*this, a));
+  rec.backend = uint8_t(Backend::kNative);
+  rec.device_type = uint8_t(DeviceType::kCpu);
+  int64_t start = monoNs();
+  rec.t_start_ns = start;
+  Recorder& recorder = Recorder::instance();
+  uint64_t rid = recorder.begin(rec);
+  for (auto& ch : channels_)
+    if (ch) ch->progress().reset();
+  opStartNs_ = start;
+  deadlineNs_ = start + int64_t(timeout * 1e9);
+  try {
+    runCollective(*this, a);
+  } catch (...) {
+    std::exception_ptr ep = std::current_exception();
+    std::string what = "failed";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    recorder.markFinished(rid, monoNs(), false, what.c_str());
+    handleFailure(ep);
+  }
+  recorder.markFinished(rid, monoNs(), true, nullptr);
+}
+
+std::shared_ptr<Communicator> Communicator::split(int color, int key) {
+  // Everyone shares (color, key) through an ordinary all_gather on this communicator.
+  int64_t mine[2] = {color, key};
+  std::vector<int64_t> all(size_t(size()) * 2);
+  OpArgs a;
+  a.op = OpKind::kAllGather;
+  a.dtype = DType::kInt64;
+  a.send = reinterpret_cast<const uint8_t*>(mine);
+  a.send_count = 2;
+  a.recv = reinterpret_cast<uint8_t*>(all.data());
+  a.recv_count = all.size();
+  submit(a, false);
+  uint64_t splitNo = ++splitCount_;
+  if (color < 0) return nullptr;
+  std::vector<std::pair<int64_t, int>> members;
+  for (int r = 0; r < size(); ++r)
+    if (all[size_t(r) * 2] == color) members.emplace_back(all[size_t(r) * 2 + 1], r);
+  std::sort(members.begin(), members.end());
+  std::vector<int> global;
+  int newRank = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i].second == rank_) newRank = int(i);
+    global.push_back(global_[size_t(members[i].second)]);
+  }
+  uint64_t id = mix(mix(id_ ^ mix(splitNo)) ^ uint64_t(color));
+  if (id == 0) id = 1;  // 0 names the world
+  auto child = std::make_shared<Communicator>(endpoint_, id, global, newRank);
+  child->connect();
+  return child;
+}
+
+std::vector<LinkInfo> Communicator::links() const {
+  std::vector<LinkInfo> out;
+  for (size_t i = 0; i < channels_.size(); ++i) {
+    const auto& ch = channels_[i];
+    if (!ch) continue;
+    auto& c = const_cast<Channel&>(*ch);
+    LinkInfo l;
+    l.peer = int(i);
+    l.global_peer = global_[i];
+    l.host = ch->peer().host;
+    l.pid = ch->peer().pid;
+    l.transport = ch->kind();
+    auto& k = c.counters();
+    l.bytes_sent = k.bytes_sent.load();
+    l.bytes_recv = k.bytes_recv.load();
+    l.frames_sent = k.frames_sent.load();
+    l.frames_recv = k.frames_recv.load();
+    l.busy_ns = k.busy_ns.load();
+    l.last_activity_ns = k.last_activity_ns.load();
+    auto& p = c.progress();
+    l.send_posted = p.send_posted.load();
+    l.send_sent = p.send_sent.load();
+    l.send_acked = p.send_acked.load();
+    l.send_done = p.send_done.load();
+    l.recv_posted = p.recv_posted.load();
+    l.recv_received = p.recv_received.load();
+    l.recv_done = p.recv_done.load();
+    l.progress_change_ns = p.last_change_ns.load();
+    out.push_back(l);
+  }
+  return out;
+}
+
+void Communicator::close() {
+  if (closed_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lk(qmu_);
+    stopWorker_ = true;
+    qcv_.notify_all();
+  }
+  if (worker_.joinable()) worker_.join();
+  std::lock_guard<std::mutex> ex(execMu_);
+  channels_.clear();
+  segment_.reset();
+}
+
+}  // namespace hetobs

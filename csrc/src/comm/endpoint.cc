@@ -1,0 +1,86 @@
+#include "hetobs/comm/endpoint.h"
+
+#include <unistd.h>
+
+#include <atomic>
+
+#include "hetobs/bootstrap/rendezvous.h"
+#include "hetobs/comm/communicator.h"
+#include "hetobs/common/clock.h"
+#include "hetobs/common/error.h"
+#include "hetobs/common/log.h"
+#include "hetobs/common/net.h"
+
+namespace hetobs {
+
+TransportChoice parseTransport(const std::string& s) {
+  if (s == "auto" || s.empty()) return TransportChoice::kAuto;
+  if (s == "shm") return TransportChoice::kShm;
+  if (s == "tcp") return TransportChoice::kTcp;
+  throw Error("HETOBS_TRANSPORT='" + s + "': expected auto, shm or tcp");
+}
+
+Endpoint::Endpoint(CommConfig cfg) : cfg_(std::move(cfg)) {
+  if (cfg_.size < 1 || cfg_.rank < 0 || cfg_.rank >= cfg_.size)
+    throw Error(strFormat("rank %d is outside a world of %d ranks", cfg_.rank, cfg_.size));
+  if (cfg_.job_id.empty()) throw Error("a job id is required (HETOBS_JOB_ID)");
+  cred_.job = cfg_.job_id;
+  cred_.key = cfg_.secret.empty() ? cfg_.job_id : cfg_.secret;
+  if (cfg_.secret.empty() && cfg_.size > 1) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true))
+      HETOBS_WARN("HETOBS_SECRET is not set: connections are checked against the job id but not authenticated");
+  }
+  setLogPrefix("rank " + std::to_string(cfg_.rank));
+  listener_ = std::make_unique<Listener>(cred_, "0.0.0.0");
+  card_.rank = cfg_.rank;
+  card_.pid = int(getpid());
+  card_.host_key = localHostKey();
+  card_.hostname = localHostname();
+  card_.ip = "127.0.0.1";
+  card_.port = listener_->port();
+}
+
+Endpoint::~Endpoint() = default;
+
+int64_t Endpoint::connectDeadline() const { return monoNs() + int64_t(cfg_.connect_timeout_s * 1e9); }
+
+std::shared_ptr<Communicator> Endpoint::rendezvous(const std::string& masterAddr, int masterPort) {
+  SockAddr master{masterAddr, masterPort};
+  if (cfg_.size > 1) card_.ip = localAddressToward(master);
+  auto cards = hetobs::rendezvous(cfg_.rank, cfg_.size, master, cred_, card_.encode(), connectDeadline());
+  return connect(cards);
+}
+
+std::shared_ptr<Communicator> Endpoint::connect(const std::vector<std::string>& encodedCards) {
+  if (int(encodedCards.size()) != cfg_.size)
+    throw Error(strFormat("got %zu cards for a world of %d ranks", encodedCards.size(), cfg_.size));
+  cards_.clear();
+  for (size_t r = 0; r < encodedCards.size(); ++r) {
+    Card c = Card::decode(encodedCards[r]);
+    if (c.rank != int(r)) throw Error(strFormat("card %zu claims rank %d (two ranks share a RANK?)", r, c.rank));
+    cards_.push_back(c);
+  }
+  std::vector<int> world(size_t(cfg_.size));
+  for (int r = 0; r < cfg_.size; ++r) world[size_t(r)] = r;
+  auto comm = std::make_shared<Communicator>(shared_from_this(), 0, world, cfg_.rank);
+  comm->connect();
+  return comm;
+}
+
+void probe(const std::string& host, int port, const std::string& job, const std::string& secret, double timeoutS) {
+  int64_t deadline = monoNs() + int64_t(timeoutS * 1e9);
+  int fd = connectTcp(SockAddr{host, port}, deadline);
+  Credentials cred{job, secret.empty() ? job : secret};
+  Hello h;
+  h.purpose = Purpose::kProbe;
+  try {
+    clientHandshake(fd, cred, h, deadline);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+}
+
+}  // namespace hetobs

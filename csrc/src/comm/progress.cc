@@ -1,0 +1,320 @@
+// The progress loop every algorithm runs on, and what happens when it fails.
+//
+// Waiting: spin briefly (a peer on the same host usually answers within
+// microseconds), then yield (ranks may outnumber cores), then sleep: on the
+// shared-memory doorbell (a futex) or in poll() on the sockets. Sleeps are bounded
+// so the loop still notices deadlines, abort words and dead peers.
+#include <poll.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <map>
+
+#include "hetobs/comm/abort.h"
+#include "hetobs/comm/communicator.h"
+#include "hetobs/common/clock.h"
+#include "hetobs/common/error.h"
+#include "hetobs/common/log.h"
+#include "hetobs/transport/shm/segment.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define HETOBS_PAUSE() _mm_pause()
+#else
+#define HETOBS_PAUSE() \
+  do {                 \
+  } while (0)
+#endif
+
+namespace hetobs {
+namespace {
+
+constexpr int64_t kSpinNs = 20000;        // busy-poll this long after the last progress
+constexpr int64_t kYieldNs = 200000;      // then yield the core this long
+constexpr int64_t kSleepNs = 20000000;    // then sleep at most this long per wait
+constexpr int64_t kControlNs = 20000000;  // poll every channel's control traffic this often
+constexpr int64_t kResolveNs = 1000000000;  // how long to collect peers' ops after a mismatch
+
+bool blockedBehind(SendItem* items, size_t i) {
+  for (size_t j = 0; j < i; ++j)
+    if (items[j].peer == items[i].peer && !items[j].done) return true;
+  return false;
+}
+bool blockedBehind(RecvItem* items, size_t i) {
+  for (size_t j = 0; j < i; ++j)
+    if (items[j].peer == items[i].peer && !items[j].done) return true;
+  return false;
+}
+
+}  // namespace
+
+OpDesc Communicator::expectFrom(int peer) const {
+  OpDesc e = desc_;
+  if (desc_.op == OpKind::kRecv) {
+    e.op = OpKind::kSend;
+    e.root = peer;
+  }
+  return e;
+}
+
+void Communicator::exchange(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr) {
+  const int64_t start = monoNs();
+  int64_t lastMove = start;
+  int64_t nextControl = start + kControlNs;
+  shm::SegmentHeader* seg = segment_ ? segment_->header() : nullptr;
+  for (;;) {
+    uint32_t bellSeen = seg ? seg->bell.seq.load(std::memory_order_acquire) : 0;
+    bool all = true, moved = false;
+    for (size_t i = 0; i < ns; ++i) {
+      SendItem& s = sends[i];
+      if (s.done) continue;
+      if (blockedBehind(sends, i)) {
+        all = false;
+        continue;
+      }
+      size_t before = s.offset + s.frames;
+      if (!channels_[size_t(s.peer)]->progressSend(s, desc_)) all = false;
+      moved |= s.done || s.offset + s.frames != before;
+    }
+    for (size_t i = 0; i < nr; ++i) {
+      RecvItem& r = recvs[i];
+      if (r.done) continue;
+      if (blockedBehind(recvs, i)) {
+        all = false;
+        continue;
+      }
+      size_t before = r.offset + r.frames;
+      if (!channels_[size_t(r.peer)]->progressRecv(r, expectFrom(r.peer))) all = false;
+      moved |= r.done || r.offset + r.frames != before;
+    }
+    if (all) break;
+    int64_t now = monoNs();
+    if (moved) {
+      lastMove = now;
+      continue;
+    }
+    if (now >= nextControl || (seg && seg->abort.load(std::memory_order_relaxed))) {
+      pollAllControl();
+      nextControl = now + kControlNs;
+    }
+    if (now >= deadlineNs_) timeoutError(sends, ns, recvs, nr);
+    int64_t idle = now - lastMove;
+    if (idle < kSpinNs) {
+      for (int i = 0; i < 32; ++i) HETOBS_PAUSE();
+    } else if (idle < kSpinNs + kYieldNs) {
+      sched_yield();
+    } else {
+      waitForEvents(sends, ns, recvs, nr, bellSeen, std::min(kSleepNs, deadlineNs_ - now));
+    }
+  }
+  int64_t took = monoNs() - start;
+  for (size_t i = 0; i < ns; ++i) {
+    auto& k = channels_[size_t(sends[i].peer)]->counters();
+    k.busy_ns.store(k.busy_ns.load(std::memory_order_relaxed) + took, std::memory_order_relaxed);
+  }
+  for (size_t i = 0; i < nr; ++i) {
+    auto& k = channels_[size_t(recvs[i].peer)]->counters();
+    k.busy_ns.store(k.busy_ns.load(std::memory_order_relaxed) + took, std::memory_order_relaxed);
+  }
+}
+
+void Communicator::waitForEvents(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr, uint32_t bellSeen,
+                                 int64_t sleepNs) {
+  bool tcpPending = false, shmPending = false;
+  std::vector<pollfd> fds;
+  fds.reserve(channels_.size());
+  for (size_t p = 0; p < channels_.size(); ++p) {
+    const auto& ch = channels_[p];
+    if (!ch) continue;
+    short ev = POLLIN;
+    bool pending = false;
+    for (size_t i = 0; i < ns; ++i)
+      if (sends[i].peer == int(p) && !sends[i].done) {
+        pending = true;
+        if (!ch->isShm()) ev |= POLLOUT;
+      }
+    for (size_t i = 0; i < nr; ++i)
+      if (recvs[i].peer == int(p) && !recvs[i].done) pending = true;
+    if (pending) (ch->isShm() ? shmPending : tcpPending) = true;
+    if (!ch->peerClosed()) fds.push_back(pollfd{ch->pollFd(), ev, 0});
+  }
+  if (tcpPending || !shmPending) {
+    int ms = shmPending ? 0 : int(std::max<int64_t>(1, sleepNs / 1000000));
+    int rc = poll(fds.data(), fds.size(), ms);
+    // Control traffic (aborts, EOF) on a link we are not using right now: look at once.
+    if (rc > 0) {
+      for (const auto& f : fds)
+        if (f.revents & (POLLHUP | POLLERR)) {
+          pollAllControl();
+          break;
+        }
+    }
+  }
+  if (shmPending && segment_) {
+    segment_->header()->bell.wait(bellSeen, tcpPending ? 100000 : sleepNs);
+  }
+}
+
+void Communicator::pollAllControl() {
+  for (auto& ch : channels_)
+    if (ch) ch->pollControl(&desc_);
+}
+
+void Communicator::timeoutError(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr) {
+  std::string waiting;
+  int64_t now = monoNs();
+  auto add = [&](int peer, const char* what, size_t got, size_t len) {
+    auto& ch = channels_[size_t(peer)];
+    int64_t last = ch->progress().last_change_ns.load();
+    waiting += strFormat("%s%s %s (%zu of %zu bytes; %s)", waiting.empty() ? "" : "; ", what,
+                         ch->peer().describe().c_str(), got, len,
+                         last ? strFormat("last progress %.2f s ago", double(now - last) / 1e9).c_str()
+                              : "no progress in this op");
+  };
+  for (size_t i = 0; i < nr; ++i)
+    if (!recvs[i].done) add(recvs[i].peer, "receiving from", recvs[i].offset, recvs[i].len);
+  for (size_t i = 0; i < ns; ++i)
+    if (!sends[i].done) add(sends[i].peer, "sending to", sends[i].offset, sends[i].len);
+  throw TimeoutError(strFormat("timed out after %.2f s %s", double(now - opStartNs_) / 1e9, waiting.c_str()));
+}
+
+void Communicator::abortPeers(const AbortNotice& n) {
+  std::string body = n.encode();
+  for (auto& ch : channels_)
+    if (ch && !ch->peerClosed()) ch->sendAbort(body);
+}
+
+void Communicator::handleFailure(std::exception_ptr ep) {
+  AbortNotice n;
+  n.reporter = rank_;
+  n.reporter_desc = desc_;
+  std::string msg;
+  try {
+    std::rethrow_exception(ep);
+  } catch (const FrameMismatch& m) {
+    resolveMismatch(m.peer, &m.theirs, nullptr);
+  } catch (const RemoteAbort& a) {
+    AbortNotice got = AbortNotice::decode(a.body);
+    if (got.kind == AbortKind::kMismatch && got.reporter >= 0) resolveMismatch(-1, nullptr, &got);
+    n.kind = got.kind;
+    n.cause = got.cause;  // forward the root cause unchanged, so chains never grow
+    msg = strFormat("%s: aborted by %s: %s", opContext().c_str(), channels_[size_t(a.peer)]->peer().describe().c_str(),
+                    got.cause.c_str());
+  } catch (const TimeoutError& e) {
+    n.kind = AbortKind::kTimeout;
+    n.cause = strFormat("rank %d timed out in %s: %s", rank_, desc_.str().c_str(), e.what());
+    msg = strFormat("%s: %s", opContext().c_str(), e.what());
+    cause_ = msg;
+    failed_.store(true);
+    abortPeers(n);
+    HETOBS_WARN("%s", msg.c_str());
+    throw TimeoutError(msg);
+  } catch (const PeerError& e) {
+    n.kind = AbortKind::kPeer;
+    n.cause = e.what();
+    msg = strFormat("%s: %s", opContext().c_str(), e.what());
+  } catch (const std::exception& e) {
+    n.kind = AbortKind::kOther;
+    n.cause = strFormat("rank %d failed: %s", rank_, e.what());
+    msg = strFormat("%s: %s", opContext().c_str(), e.what());
+  }
+  cause_ = msg;
+  failed_.store(true);
+  abortPeers(n);
+  HETOBS_WARN("%s", msg.c_str());
+  throw PeerError(msg);
+}
+
+void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, const AbortNotice* notice) {
+  // Collect every rank's own op (first-hand reports win over second-hand ones), then
+  // let the majority decide who deviated. No rank is trusted as the reference.
+  std::map<int, OpDesc> firsthand, secondhand;
+  firsthand[rank_] = desc_;
+  if (directTheirs) secondhand[directPeer] = *directTheirs;
+  if (notice) {
+    firsthand[notice->reporter] = notice->reporter_desc;
+    if (notice->suspect >= 0) secondhand.emplace(notice->suspect, notice->suspect_desc);
+  }
+  AbortNotice mine;
+  mine.kind = AbortKind::kMismatch;
+  mine.reporter = rank_;
+  mine.reporter_desc = desc_;
+  mine.suspect = directTheirs ? directPeer : -1;
+  if (directTheirs) mine.suspect_desc = *directTheirs;
+  mine.cause = directTheirs ? strFormat("rank %d saw rank %d run %s while it runs %s", rank_, directPeer,
+                                        directTheirs->str().c_str(), desc_.str().c_str())
+                            : "op mismatch";
+  failed_.store(true);
+  abortPeers(mine);
+  for (auto& ch : channels_)
+    if (ch) ch->discardData();
+  int64_t until = monoNs() + std::min<int64_t>(kResolveNs, std::max<int64_t>(deadlineNs_ - monoNs(), 200000000));
+  while (monoNs() < until && int(firsthand.size()) < size()) {
+    std::vector<pollfd> fds;
+    for (auto& ch : channels_) {
+      if (!ch || ch->peerClosed() || firsthand.count(ch->peer().rank)) continue;
+      try {
+        ch->pollControl(nullptr);
+      } catch (const RemoteAbort& a) {
+        AbortNotice got = AbortNotice::decode(a.body);
+        if (got.reporter >= 0) {
+          if (got.kind == AbortKind::kMismatch || got.reporter == a.peer) firsthand[got.reporter] = got.reporter_desc;
+          if (got.suspect >= 0) secondhand.emplace(got.suspect, got.suspect_desc);
+        }
+        continue;
+      } catch (const Error&) {
+        continue;
+      }
+      if (!ch->peerClosed()) fds.push_back(pollfd{ch->pollFd(), POLLIN, 0});
+    }
+    if (fds.empty()) break;
+    poll(fds.data(), fds.size(), 5);
+  }
+  for (auto& kv : secondhand) firsthand.emplace(kv.first, kv.second);
+
+  // Tally.
+  std::vector<std::pair<OpDesc, std::vector<int>>> groups;
+  for (auto& kv : firsthand) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == kv.second; });
+    if (it == groups.end()) groups.push_back({kv.second, {kv.first}});
+    else it->second.push_back(kv.first);
+  }
+  std::sort(groups.begin(), groups.end(), [](auto& a, auto& b) { return a.second.size() > b.second.size(); });
+  auto list = [](const std::vector<int>& rs) {
+    std::string s;
+    for (int r : rs) s += (s.empty() ? "" : ", ") + std::to_string(r);
+    return s;
+  };
+  std::string msg;
+  bool majority = groups.size() >= 2 && groups[0].second.size() > groups[1].second.size();
+  if (groups.size() == 1) {
+    msg = strFormat("op mismatch on comm %llu reported (%s), but every rank heard runs %s (this rank: %d)",
+                    (unsigned long long)id_, notice ? notice->cause.c_str() : mine.cause.c_str(),
+                    groups[0].first.str().c_str(), rank_);
+  } else if (majority) {
+    std::vector<int> dev;
+    std::string what;
+    for (size_t g = 1; g < groups.size(); ++g) {
+      dev.insert(dev.end(), groups[g].second.begin(), groups[g].second.end());
+      what += strFormat("%s%s %s called %s", what.empty() ? "" : "; ", groups[g].second.size() > 1 ? "ranks" : "rank",
+                        list(groups[g].second).c_str(), groups[g].first.str().c_str());
+    }
+    std::sort(dev.begin(), dev.end());
+    msg = strFormat("op mismatch on comm %llu: deviating %s %s (%s); ranks %s called %s (this rank: %d)",
+                    (unsigned long long)id_, dev.size() > 1 ? "ranks" : "rank", list(dev).c_str(), what.c_str(),
+                    list(groups[0].second).c_str(), groups[0].first.str().c_str(), rank_);
+  } else {
+    std::string what;
+    for (auto& g : groups)
+      what += strFormat("%s%s %s called %s", what.empty() ? "" : "; ", g.second.size() > 1 ? "ranks" : "rank",
+                        list(g.second).c_str(), g.first.str().c_str());
+    msg = strFormat("op mismatch on comm %llu with no majority among the %zu ranks heard (cannot tell which deviated): "
+                    "%s (this rank: %d)",
+                    (unsigned long long)id_, firsthand.size(), what.c_str(), rank_);
+  }
+  cause_ = msg;
+  HETOBS_WARN("%s", msg.c_str());
+  throw MismatchError(msg);
+}
+
+}  // namespace hetobs

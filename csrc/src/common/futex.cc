@@ -1,0 +1,27 @@
+#include "hetobs/common/futex.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <ctime>
+
+namespace hetobs {
+
+void Doorbell::ring() {
+  seq.fetch_add(1, std::memory_order_seq_cst);
+  if (waiters.load(std::memory_order_seq_cst) != 0)
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&seq), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+void Doorbell::wait(uint32_t seen, int64_t timeoutNs) {
+  if (timeoutNs <= 0) return;
+  timespec ts{time_t(timeoutNs / 1000000000LL), long(timeoutNs % 1000000000LL)};
+  waiters.fetch_add(1, std::memory_order_seq_cst);
+  if (seq.load(std::memory_order_seq_cst) == seen)
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&seq), FUTEX_WAIT, seen, &ts, nullptr, 0);
+  waiters.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+}  // namespace hetobs

@@ -1,0 +1,230 @@
+#include "hetobs/transport/shm/channel.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "hetobs/collectives/reduce_kernels.h"
+#include "hetobs/common/clock.h"
+#include "hetobs/common/log.h"
+#include "hetobs/common/net.h"
+
+namespace hetobs {
+namespace shm {
+namespace {
+constexpr uint64_t kAlign = 64;
+constexpr size_t kMaxAbortBody = 4096;
+inline uint64_t roundUp(uint64_t v) { return (v + kAlign - 1) & ~(kAlign - 1); }
+}  // namespace
+
+ShmChannel::ShmChannel(PeerInfo peer, int controlFd, Segment* mine, std::shared_ptr<Segment> theirs,
+                       uint32_t outSlot, uint32_t inSlot)
+    : Channel(std::move(peer)), ctl_(controlFd), mine_(mine), theirs_(std::move(theirs)) {
+  out_ = theirs_->ring(outSlot);
+  outData_ = theirs_->data(outSlot);
+  in_ = mine_->ring(inSlot);
+  inData_ = mine_->data(inSlot);
+  cap_ = mine_->ringBytes();
+  // Several frames in flight let the receiver drain one while the sender fills the next.
+  maxPiece_ = std::max<uint64_t>(kAlign, cap_ / 4);
+  head_ = out_->head.load(std::memory_order_relaxed);
+  tail_ = in_->tail.load(std::memory_order_relaxed);
+  setNonBlocking(ctl_, true);
+}
+
+ShmChannel::~ShmChannel() {
+  if (ctl_ >= 0) ::close(ctl_);
+}
+
+void ShmChannel::throwClosed(const char* during) {
+  throw PeerError(strFormat("%s closed its connection (%s)", peer_.describe().c_str(), during));
+}
+
+void ShmChannel::copyIn(uint64_t pos, const void* src, size_t len) {
+  uint64_t off = pos % cap_;
+  size_t first = size_t(std::min<uint64_t>(len, cap_ - off));
+  memcpy(outData_ + off, src, first);
+  if (first < len) memcpy(outData_, static_cast<const uint8_t*>(src) + first, len - first);
+}
+
+void ShmChannel::copyOut(uint64_t pos, void* dst, size_t len) const {
+  uint64_t off = pos % cap_;
+  size_t first = size_t(std::min<uint64_t>(len, cap_ - off));
+  memcpy(dst, inData_ + off, first);
+  if (first < len) memcpy(static_cast<uint8_t*>(dst) + first, inData_, len - first);
+}
+
+bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
+  if (item.done) return true;
+  if (!item.started) {
+    item.started = true;
+    PeerProgress::bump(progress_.send_posted);
+  }
+  bool moved = false;
+  while (!(item.offset == item.len && item.frames > 0)) {
+    uint64_t freeBytes = cap_ - (head_ - out_->tail.load(std::memory_order_acquire));
+    uint64_t left = item.len - item.offset;
+    uint64_t piece = std::min(left, maxPiece_);
+    if (freeBytes < kAlign + roundUp(piece)) {
+      if (freeBytes <= kAlign) break;
+      piece = std::min(piece, (freeBytes - kAlign) & ~(kAlign - 1));
+      if (piece == 0) break;
+    }
+    if (closed_) throwClosed("while this rank was sending");
+    FrameHeader h{};
+    h.magic = kFrameMagic;
+    h.kind = uint8_t(FrameKind::kData);
+    h.setDesc(desc);
+    h.chunk = framesSent_;
+    h.bytes = piece;
+    copyIn(head_, &h, sizeof h);  // never wraps: positions and capacity are 64-aligned
+    if (piece) copyIn(head_ + kAlign, item.data + item.offset, size_t(piece));
+    head_ += kAlign + roundUp(piece);
+    out_->head.store(head_, std::memory_order_release);
+    theirs_->header()->bell.ring();
+    item.offset += piece;
+    item.frames++;
+    framesSent_++;
+    moved = true;
+    LinkCounters::add(counters_.bytes_sent, piece);
+    LinkCounters::add(counters_.frames_sent, 1);
+    PeerProgress::bump(progress_.send_sent);
+  }
+  progress_.send_acked.store(out_->consumed_frames.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  if (moved) {
+    int64_t now = monoNs();
+    progress_.last_change_ns.store(now, std::memory_order_relaxed);
+    counters_.last_activity_ns.store(now, std::memory_order_relaxed);
+  }
+  if (item.offset == item.len && item.frames > 0) {
+    item.done = true;
+    PeerProgress::bump(progress_.send_done);
+    return true;
+  }
+  if (closed_) throwClosed("while this rank was sending");
+  return false;
+}
+
+bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
+  if (item.done) return true;
+  if (!item.started) {
+    item.started = true;
+    PeerProgress::bump(progress_.recv_posted);
+  }
+  bool moved = false;
+  while (!item.done) {
+    uint64_t head = in_->head.load(std::memory_order_acquire);
+    if (head == tail_) break;
+    FrameHeader h;
+    copyOut(tail_, &h, sizeof h);
+    if (h.magic != kFrameMagic)
+      throw PeerError(strFormat("protocol error in shared memory from %s: bad frame magic 0x%08x",
+                                peer_.describe().c_str(), h.magic));
+    checkFrame(peer_, h.desc(), expect);
+    if (h.bytes > item.len - item.offset)
+      throw FrameMismatch(peer_.rank, h.desc(), expect,
+                          strFormat("%s sent %llu more bytes than this rank expects for %s", peer_.describe().c_str(),
+                                    (unsigned long long)h.bytes, expect.str().c_str()));
+    uint64_t pos = tail_ + kAlign;
+    size_t len = size_t(h.bytes);
+    if (item.mode == RecvMode::kCopy) {
+      copyOut(pos, item.dst + item.offset, len);
+    } else if (len) {
+      // Reduce straight from the ring; a frame crossing the end is done in two parts
+      // (the split falls on a 64-byte boundary, so on an element boundary).
+      size_t es = dtypeSize(item.dtype);
+      uint64_t off = pos % cap_;
+      size_t first = size_t(std::min<uint64_t>(len, cap_ - off));
+      reduceInto(item.dtype, item.redop, item.dst + item.offset, item.local + item.offset, inData_ + off, first / es);
+      if (first < len)
+        reduceInto(item.dtype, item.redop, item.dst + item.offset + first, item.local + item.offset + first, inData_,
+                   (len - first) / es);
+    }
+    tail_ += kAlign + roundUp(h.bytes);
+    in_->tail.store(tail_, std::memory_order_release);
+    in_->consumed_frames.store(++framesRecv_, std::memory_order_release);
+    theirs_->header()->bell.ring();  // the sender may wait for space
+    item.offset += len;
+    item.frames++;
+    moved = true;
+    LinkCounters::add(counters_.bytes_recv, len);
+    LinkCounters::add(counters_.frames_recv, 1);
+    PeerProgress::bump(progress_.recv_received);
+    if (item.offset == item.len) {
+      item.done = true;
+      PeerProgress::bump(progress_.recv_done);
+    }
+  }
+  if (moved) {
+    int64_t now = monoNs();
+    progress_.last_change_ns.store(now, std::memory_order_relaxed);
+    counters_.last_activity_ns.store(now, std::memory_order_relaxed);
+  }
+  if (item.done) return true;
+  if (closed_ && in_->head.load(std::memory_order_acquire) == tail_) throwClosed("while this rank was receiving from it");
+  return false;
+}
+
+bool ShmChannel::pollControl(const OpDesc* current) {
+  bool changed = false;
+  if (!closed_) {
+    FrameHeader h;
+    ssize_t n = recv(ctl_, &h, sizeof h, MSG_DONTWAIT | MSG_PEEK);
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+      closed_ = true;
+      changed = true;
+    } else if (n == ssize_t(sizeof h)) {
+      // Only abort notices travel on the control socket of a shared-memory link.
+      setNonBlocking(ctl_, false);
+      std::string body;
+      try {
+        readFull(ctl_, &h, sizeof h, monoNs() + 500000000LL, "abort notice");
+        if (h.magic != kFrameMagic || FrameKind(h.kind) != FrameKind::kAbort)
+          throw PeerError(strFormat("protocol error on the control link to %s", peer_.describe().c_str()));
+        body.assign(std::min<size_t>(h.bytes, kMaxAbortBody), '\0');
+        readFull(ctl_, body.data(), body.size(), monoNs() + 500000000LL, "abort notice");
+      } catch (const PeerError&) {
+        setNonBlocking(ctl_, true);
+        throw;
+      } catch (const Error&) {
+        body = "(abort notice truncated)";
+      }
+      setNonBlocking(ctl_, true);
+      throw RemoteAbort(peer_.rank, body);
+    }
+  }
+  if (current && !isP2P(current->op)) {
+    uint64_t head = in_->head.load(std::memory_order_acquire);
+    if (head != tail_) {
+      FrameHeader h;
+      copyOut(tail_, &h, sizeof h);
+      OpDesc theirs = h.desc();
+      if (h.magic == kFrameMagic && theirs.seq == current->seq && theirs.comm_tag == current->comm_tag &&
+          !isP2P(theirs.op))
+        checkFrame(peer_, theirs, *current);
+    }
+  }
+  return changed;
+}
+
+void ShmChannel::sendAbort(const std::string& body) {
+  theirs_->header()->abort.store(1, std::memory_order_release);
+  theirs_->header()->bell.ring();
+  FrameHeader h{};
+  h.magic = kFrameMagic;
+  h.kind = uint8_t(FrameKind::kAbort);
+  h.bytes = std::min(body.size(), kMaxAbortBody);
+  std::string buf(reinterpret_cast<char*>(&h), sizeof h);
+  buf.append(body, 0, size_t(h.bytes));
+  try {
+    writeFull(ctl_, buf.data(), buf.size(), monoNs() + 300000000LL, "abort");
+  } catch (const Error& e) {
+    HETOBS_DEBUG("could not send abort notice to %s: %s", peer_.describe().c_str(), e.what());
+  }
+}
+
+}  // namespace shm
+}  // namespace hetobs

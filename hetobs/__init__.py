@@ -1,0 +1,84 @@
+"""hetobs: observable collectives.
+
+`import hetobs` is light: it loads the native core and nothing else (never torch).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+from ._version import __version__
+from .errors import AuthError, CommAbortedError, HetobsError, MismatchError, OpTimeoutError, PeerError
+
+__all__ = [
+    "__version__", "init", "Communicator", "Work", "records",
+    "HetobsError", "PeerError", "MismatchError", "OpTimeoutError", "CommAbortedError", "AuthError",
+]
+
+
+class Store(Protocol):
+    """What `init(store=...)` needs: torch.distributed's TCPStore/FileStore fit."""
+
+    def set(self, key: str, value: bytes) -> Any: ...
+    def get(self, key: str) -> bytes: ...
+
+
+def _env_int(name: str, value: int | None) -> int:
+    if value is not None:
+        return int(value)
+    raw = os.environ.get(name)
+    if raw is None:
+        raise ValueError(f"{name} is not set: pass {name.lower()}= to hetobs.init() or launch with torchrun/mpirun")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: expected an integer") from None
+
+
+def init(*, rank: int | None = None, world_size: int | None = None, master_addr: str | None = None,
+         master_port: int | None = None, store: Store | None = None) -> "Communicator":
+    """Join the job and return the world communicator.
+
+    Rendezvous uses `store` when given (e.g. a torch TCPStore), else MASTER_ADDR/MASTER_PORT
+    where rank 0 hosts a short-lived authenticated rendezvous during start-up only.
+    """
+    from . import _core
+    from .comm import Communicator
+    from .config import from_env
+
+    s = from_env()
+    rank = _env_int("RANK", rank)
+    size = _env_int("WORLD_SIZE", world_size)
+    if size < 1 or not 0 <= rank < size:
+        raise ValueError(f"RANK={rank}, WORLD_SIZE={size}: need 0 <= RANK < WORLD_SIZE")
+    _core.set_log_level(s.debug)
+    endpoint = _core.Endpoint(rank, size, s.job_id, s.secret, s.transport, s.timeout, s.connect_timeout,
+                              s.small_bytes)
+    _core.configure_recorder(s.records)
+    if store is not None:
+        prefix = f"hetobs/{s.job_id}/card/"
+        store.set(prefix + str(rank), endpoint.card())
+        cards = [bytes(store.get(prefix + str(r))) for r in range(size)]
+        native = endpoint.connect(cards)
+    else:
+        addr = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
+        port = _env_int("MASTER_PORT", master_port)
+        native = endpoint.rendezvous(addr, port)
+    return Communicator(native)
+
+
+def records() -> list[dict[str, Any]]:
+    """Every op record this process holds (all communicators), oldest first."""
+    from . import _core
+
+    return list(_core.records())
+
+
+def __getattr__(name: str) -> Any:
+    # Communicator/Work load the native core; defer so `import hetobs` stays cheap.
+    if name in ("Communicator", "Work"):
+        from . import comm
+
+        return getattr(comm, name)
+    raise AttributeError(f"module 'hetobs' has no attribute {name!r}")

@@ -1,0 +1,280 @@
+"""One rank of a benchmark job: `python -m hetobs.bench.worker --backend hetobs|gloo --op OP`.
+
+Started by hetobs.bench.runner with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and
+HETOBS_TRANSPORT for the hetobs backend) set. It speaks one JSON object per line:
+commands on stdin, replies on the stdout it was started with (stray output of
+libraries is sent to stderr instead, so it cannot corrupt the protocol).
+
+    start-up                          -> {"rank", "ready": true, "backend", ...}
+    {"cmd": "run", "count", "warmup", "iters", "check"}
+                                      -> {"rank", "count", "seconds"}  (batch average)
+    {"cmd": "exit"}                   -> {"rank", "bye": true, ...}
+    any failure                       -> {"rank", "error": "..."} and exit code 1
+
+Timing is barrier-free as in nccl-tests: `warmup` untimed ops, then `iters` ops
+back to back, timed as one batch on this rank. With "check", one extra untimed op
+on a known pattern is verified first.
+
+torch is imported only for the gloo backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any, Callable, TextIO
+
+import numpy as np
+
+
+def _block(count: int, n: int) -> int:
+    if count % n:
+        raise ValueError(f"count {count} does not split over {n} ranks")
+    return count // n
+
+
+class _Bench:
+    """Buffers (numpy views) for one count, and the op on them."""
+
+    def __init__(self, op: str, rank: int, size: int, dtype: str) -> None:
+        self.op, self.rank, self.size, self.dtype = op, rank, size, dtype
+        self.count = -1
+        self.x: np.ndarray = np.empty(0)
+        self.out: np.ndarray | None = None
+
+    # backends override
+    def empty(self, count: int) -> Any:
+        raise NotImplementedError
+
+    def view(self, buf: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def make_call(self) -> Callable[[], None]:
+        raise NotImplementedError
+
+    def info(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+    # shared
+    def prepare(self, count: int) -> None:
+        if count == self.count:
+            return
+        self.count = -1
+        self._x = self._out = None  # release the previous size first
+        op, n = self.op, self.size
+        if op in ("all_gather", "reduce_scatter", "all_to_all"):
+            _block(count, n)  # equal blocks, or a clear error
+        in_count = count // n if op == "all_gather" else count
+        out_count = {"all_gather": count, "reduce_scatter": count // n, "all_to_all": count}.get(op)
+        self._x = self.empty(in_count)
+        self.x = self.view(self._x)
+        self.x[...] = 0
+        if out_count is not None:
+            self._out = self.empty(out_count)
+            self.out = self.view(self._out)
+            self.out[...] = 0
+        else:
+            self.out = None
+        self.call = self.make_call()
+        self.count = count
+
+    def check(self) -> None:
+        """One op on a known pattern, verified; buffers are zeroed afterwards."""
+        op, r, n, x, out = self.op, self.rank, self.size, self.x, self.out
+        if op == "all_to_all":
+            x.reshape(n, -1)[...] = (r * n + np.arange(n, dtype=np.int64)).reshape(n, 1).astype(x.dtype)
+        else:
+            x[...] = r + 1
+        self.call()
+        total = n * (n + 1) // 2
+        if op == "all_reduce":
+            ok, want = bool(np.all(x == total)), f"{total} everywhere"
+        elif op == "broadcast":
+            ok, want = bool(np.all(x == 1)), "1 (root 0's value) everywhere"
+        elif op == "reduce_scatter":
+            assert out is not None
+            ok, want = bool(np.all(out == total)), f"{total} everywhere"
+        elif op == "all_gather":
+            assert out is not None
+            expect = np.repeat(np.arange(1, n + 1), out.size // n).astype(out.dtype)
+            ok, want = bool(np.array_equal(out, expect)), "block i == i + 1"
+        elif op == "all_to_all":
+            assert out is not None
+            expect = np.repeat(np.arange(n) * n + r, out.size // n).astype(out.dtype)
+            ok, want = bool(np.array_equal(out, expect)), f"block i == i * {n} + {r}"
+        else:
+            raise ValueError(f"op {op!r}")
+        got = out if out is not None else x
+        x[...] = 0
+        if out is not None:
+            out[...] = 0
+        if not ok:
+            sample = got[: min(8, got.size)].tolist()
+            raise AssertionError(f"{op} of {self.count} elements gave a wrong result on rank {r}: "
+                                 f"expected {want}, got {sample}...")
+
+    def run(self, count: int, warmup: int, iters: int, check: bool) -> float:
+        self.prepare(count)
+        call = self.call
+        if check:
+            self.check()
+        for _ in range(warmup):
+            call()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            call()
+        return (time.perf_counter() - t0) / iters
+
+
+class _Hetobs(_Bench):
+    def __init__(self, op: str, dtype: str, timeout: float) -> None:
+        import hetobs
+
+        self.comm = hetobs.init()
+        self.timeout = timeout
+        super().__init__(op, self.comm.rank, self.comm.size, dtype)
+
+    def empty(self, count: int) -> np.ndarray:
+        return np.empty(count, dtype=self.dtype)
+
+    def view(self, buf: np.ndarray) -> np.ndarray:
+        return buf
+
+    def make_call(self) -> Callable[[], None]:
+        c, x, out = self.comm, self.x, self.out
+        if self.op == "all_reduce":
+            return lambda: c.all_reduce(x)
+        if self.op == "broadcast":
+            return lambda: c.broadcast(x, 0)
+        if self.op == "all_gather":
+            return lambda: c.all_gather(out, x)
+        if self.op == "reduce_scatter":
+            return lambda: c.reduce_scatter(out, x)
+        if self.op == "all_to_all":
+            return lambda: c.all_to_all(out, x)
+        raise ValueError(f"op {self.op!r}")
+
+    def info(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"transport_setting": os.environ.get("HETOBS_TRANSPORT", "auto")}
+        try:
+            links = self.comm.links()
+            out["link_transports"] = sorted({str(link.get("transport")) for link in links if isinstance(link, dict)})
+        except Exception as e:  # introspection is best effort
+            out["links_error"] = repr(e)
+        return out
+
+    def close(self) -> None:
+        self.comm.close()
+
+
+class _Gloo(_Bench):
+    def __init__(self, op: str, dtype: str, timeout: float) -> None:
+        from datetime import timedelta
+
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist = torch, dist
+        rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        addr, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), os.environ["MASTER_PORT"]
+        dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=size,
+                                timeout=timedelta(seconds=timeout))
+        super().__init__(op, rank, size, dtype)
+
+    def empty(self, count: int) -> Any:
+        return self.torch.empty(count, dtype=getattr(self.torch, self.dtype))
+
+    def view(self, buf: Any) -> np.ndarray:
+        return buf.numpy()  # shares memory with the tensor
+
+    def make_call(self) -> Callable[[], None]:
+        d, x, out = self.dist, self._x, self._out
+        if self.op == "all_reduce":
+            return lambda: d.all_reduce(x)
+        if self.op == "broadcast":
+            return lambda: d.broadcast(x, 0)
+        if self.op == "all_gather":
+            return lambda: d.all_gather_into_tensor(out, x)
+        if self.op == "reduce_scatter":
+            return lambda: d.reduce_scatter_tensor(out, x)
+        if self.op == "all_to_all":
+            return lambda: d.all_to_all_single(out, x)
+        raise ValueError(f"op {self.op!r}")
+
+    def info(self) -> dict[str, Any]:
+        return {"torch": self.torch.__version__, "gloo_socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME")}
+
+    def close(self) -> None:
+        if self.dist.is_initialized():
+            self.dist.destroy_process_group()
+
+
+def _protocol_stream() -> TextIO:
+    """The stdout we were started with, kept for replies; fd 1 then points at stderr."""
+    sys.stdout.flush()
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    return proto
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hetobs.bench.worker", description=__doc__.splitlines()[0])
+    p.add_argument("--backend", choices=("hetobs", "gloo"), required=True)
+    p.add_argument("--op", default="all_reduce",
+                   choices=("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"))
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--timeout", type=float, default=120.0)
+    args = p.parse_args(argv)
+
+    proto = _protocol_stream()
+    rank = int(os.environ.get("RANK", "-1"))
+
+    def reply(obj: dict[str, Any]) -> None:
+        proto.write(json.dumps({"rank": rank, **obj}) + "\n")
+        proto.flush()
+
+    bench: _Bench | None = None
+    try:
+        bench = (_Hetobs if args.backend == "hetobs" else _Gloo)(args.op, args.dtype, args.timeout)
+        rank = bench.rank
+        reply({"ready": True, "backend": args.backend, "size": bench.size, "pid": os.getpid()})
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            msg = json.loads(line)
+            if msg.get("cmd") == "run":
+                secs = bench.run(int(msg["count"]), int(msg["warmup"]), int(msg["iters"]), bool(msg.get("check")))
+                reply({"count": int(msg["count"]), "seconds": secs})
+            elif msg.get("cmd") == "exit":
+                info = bench.info()
+                bench.close()
+                bench = None
+                reply({"bye": True, **info})
+                return 0
+            else:
+                raise ValueError(f"unknown command {msg!r}")
+        return 0  # stdin closed: the runner went away
+    except BaseException as e:  # report, then exit non-zero; peers are stopped by the runner
+        traceback.print_exc(file=sys.stderr)
+        try:
+            reply({"error": f"{type(e).__name__}: {e}"})
+        except OSError:
+            pass
+        return 1
+    finally:
+        if bench is not None:
+            try:
+                bench.close()
+            except Exception:
+                pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""Communicator: collectives on numpy arrays and torch CPU tensors over the native transport.
+
+Every check that can be made before bytes move is made here, so a wrong shape or
+dtype is a ValueError naming the argument, never a mismatch seen by peers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from . import _core
+from .buffers import Buffer, as_buffer
+
+__all__ = ["Communicator", "Work", "OPS", "REDUCTIONS"]
+
+# Op and reduction codes shared with csrc/include/hetobs/common/wire.h (keep in sync).
+OPS: dict[str, int] = {
+    "all_reduce": 0, "reduce_scatter": 1, "all_gather": 2, "broadcast": 3, "reduce": 4,
+    "all_to_all": 5, "barrier": 6, "send": 7, "recv": 8,
+}
+REDUCTIONS: dict[str, int] = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+_FLOATS = {"float16", "bfloat16", "float32", "float64"}
+
+
+class Work:
+    """Handle of an async op: `wait()` blocks (GIL released) and re-raises the op's error."""
+
+    def __init__(self, native: Any, keep_alive: tuple[Any, ...]) -> None:
+        self._native = native
+        self._keep_alive: tuple[Any, ...] | None = keep_alive
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for completion; returns False if `timeout` seconds passed first."""
+        done = bool(self._native.wait(-1.0 if timeout is None else float(timeout)))
+        if done:
+            self._keep_alive = None
+        return done
+
+    def is_completed(self) -> bool:
+        return bool(self._native.is_completed())
+
+
+def _block(count: int, size: int, index: int) -> tuple[int, int]:
+    """(offset, length) of block `index` when `count` elements are split over `size` ranks
+    as numpy.array_split does: the first count % size blocks get one more element."""
+    base, extra = divmod(count, size)
+    return index * base + min(index, extra), base + (1 if index < extra else 0)
+
+
+class Communicator:
+    """A group of ranks. Made by `hetobs.init()`, `split()` or `new_group()`."""
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    # -- identity -----------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return int(self._native.rank)
+
+    @property
+    def size(self) -> int:
+        return int(self._native.size)
+
+    @property
+    def id(self) -> int:
+        """Communicator id, the same on every member (the world is 0)."""
+        return int(self._native.comm_id)
+
+    @property
+    def global_ranks(self) -> list[int]:
+        """World rank of each member, in this communicator's rank order."""
+        return list(self._native.global_ranks)
+
+    def __repr__(self) -> str:
+        return f"<hetobs.Communicator id={self.id} rank={self.rank}/{self.size}>"
+
+    # -- plumbing -----------------------------------------------------------------
+    def _reduction(self, op: str, buf: Buffer) -> int:
+        if op not in REDUCTIONS:
+            raise ValueError(f"op={op!r}: expected one of {', '.join(REDUCTIONS)}")
+        if op == "avg" and buf.dtype_name not in _FLOATS:
+            raise ValueError(f"op='avg' needs a floating dtype, got {buf.dtype_name}")
+        return REDUCTIONS[op]
+
+    def _run(self, name: str, send: Buffer | None, recv: Buffer | None, *, redop: int = 0,
+             root: int = 0, async_op: bool = False, timeout: float | None = None) -> Work | None:
+        s = send or recv
+        r = recv or send
+        native = self._native.run(
+            OPS[name],
+            s.ptr if s else 0, s.count if s else 0,
+            r.ptr if r else 0, r.count if r else 0,
+            (s or r).dtype if (s or r) else 6,
+            redop, root, -1.0 if timeout is None else float(timeout), async_op,
+        )
+        if async_op:
+            return Work(native, (send.owner if send else None, recv.owner if recv else None))
+        return None
+
+    def _check_rank(self, value: int, what: str) -> int:
+        if not isinstance(value, int) or not 0 <= value < self.size:
+            raise ValueError(f"{what}={value!r}: expected a rank in [0, {self.size})")
+        return value
+
+    @staticmethod
+    def _same_dtype(a: Buffer, b: Buffer, names: str) -> None:
+        if a.dtype != b.dtype:
+            raise ValueError(f"{names}: dtypes differ ({a.dtype_name} vs {b.dtype_name})")
+
+    # -- collectives ----------------------------------------------------------------
+    def all_reduce(self, x: Any, op: str = "sum", *, async_op: bool = False,
+                   timeout: float | None = None) -> Work | None:
+        """Reduce `x` across ranks, in place."""
+        b = as_buffer(x, "all_reduce x", writable=True)
+        return self._run("all_reduce", b, b, redop=self._reduction(op, b), async_op=async_op, timeout=timeout)
+
+    def reduce_scatter(self, out: Any, x: Any, op: str = "sum", *, async_op: bool = False,
+                       timeout: float | None = None) -> Work | None:
+        """Reduce `x` across ranks; `out` gets this rank's block (blocks split as numpy.array_split)."""
+        o, b = as_buffer(out, "reduce_scatter out", writable=True), as_buffer(x, "reduce_scatter x")
+        self._same_dtype(o, b, "reduce_scatter out/x")
+        want = _block(b.count, self.size, self.rank)[1]
+        if o.count != want:
+            raise ValueError(f"reduce_scatter out: has {o.count} elements, rank {self.rank}'s block of "
+                             f"{b.count} over {self.size} ranks has {want}")
+        return self._run("reduce_scatter", b, o, redop=self._reduction(op, b), async_op=async_op, timeout=timeout)
+
+    def all_gather(self, out: Any, x: Any, *, async_op: bool = False,
+                   timeout: float | None = None) -> Work | None:
+        """Concatenate every rank's `x` into `out` (size * x.size elements), in rank order."""
+        o, b = as_buffer(out, "all_gather out", writable=True), as_buffer(x, "all_gather x")
+        self._same_dtype(o, b, "all_gather out/x")
+        if o.count != b.count * self.size:
+            raise ValueError(f"all_gather out: has {o.count} elements, expected {self.size} x {b.count}")
+        return self._run("all_gather", b, o, async_op=async_op, timeout=timeout)
+
+    def broadcast(self, x: Any, root: int = 0, *, async_op: bool = False,
+                  timeout: float | None = None) -> Work | None:
+        """Copy root's `x` into every rank's `x`."""
+        b = as_buffer(x, "broadcast x", writable=True)
+        return self._run("broadcast", b, b, root=self._check_rank(root, "root"), async_op=async_op, timeout=timeout)
+
+    def reduce(self, x: Any, root: int = 0, op: str = "sum", *, async_op: bool = False,
+               timeout: float | None = None) -> Work | None:
+        """Reduce `x` onto root's `x`; other ranks' `x` is left unchanged."""
+        b = as_buffer(x, "reduce x", writable=True)
+        return self._run("reduce", b, b, redop=self._reduction(op, b), root=self._check_rank(root, "root"),
+                         async_op=async_op, timeout=timeout)
+
+    def all_to_all(self, out: Any, x: Any, *, async_op: bool = False,
+                   timeout: float | None = None) -> Work | None:
+        """Block j of `x` goes to rank j; block i of `out` comes from rank i (equal blocks)."""
+        o, b = as_buffer(out, "all_to_all out", writable=True), as_buffer(x, "all_to_all x")
+        self._same_dtype(o, b, "all_to_all out/x")
+        if b.count % self.size:
+            raise ValueError(f"all_to_all x: {b.count} elements do not split into {self.size} equal blocks")
+        if o.count != b.count:
+            raise ValueError(f"all_to_all out: has {o.count} elements, expected {b.count} (same as x)")
+        return self._run("all_to_all", b, o, async_op=async_op, timeout=timeout)
+
+    def barrier(self, *, async_op: bool = False, timeout: float | None = None) -> Work | None:
+        return self._run("barrier", None, None, async_op=async_op, timeout=timeout)
+
+    def send(self, x: Any, peer: int, *, async_op: bool = False, timeout: float | None = None) -> Work | None:
+        b = as_buffer(x, "send x")
+        peer = self._check_rank(peer, "peer")
+        if peer == self.rank:
+            raise ValueError(f"peer={peer}: a rank cannot send to itself")
+        return self._run("send", b, None, root=peer, async_op=async_op, timeout=timeout)
+
+    def recv(self, x: Any, peer: int, *, async_op: bool = False, timeout: float | None = None) -> Work | None:
+        b = as_buffer(x, "recv x", writable=True)
+        peer = self._check_rank(peer, "peer")
+        if peer == self.rank:
+            raise ValueError(f"peer={peer}: a rank cannot receive from itself")
+        return self._run("recv", None, b, root=peer, async_op=async_op, timeout=timeout)
+
+    # -- groups ---------------------------------------------------------------------
+    def split(self, color: int, key: int | None = None) -> "Communicator | None":
+        """Collective over this communicator: ranks with equal `color` form a new one, ordered
+        by (key, rank). A negative color takes part but joins none (returns None)."""
+        native = self._native.split(int(color), self.rank if key is None else int(key))
+        return None if native is None else Communicator(native)
+
+    def new_group(self, ranks: Sequence[int]) -> "Communicator | None":
+        """Collective over this communicator: a new one of `ranks` (in that order); None elsewhere."""
+        members = [self._check_rank(r, "ranks[]") for r in ranks]
+        if len(set(members)) != len(members) or not members:
+            raise ValueError(f"ranks={list(ranks)!r}: expected distinct ranks, at least one")
+        color = 0 if self.rank in members else -1
+        key = members.index(self.rank) if self.rank in members else 0
+        return self.split(color, key)
+
+    # -- introspection ---------------------------------------------------------------
+    def records(self) -> list[dict[str, Any]]:
+        """Recent op records of this communicator (oldest first) as plain dicts."""
+        return [r for r in _core.records() if r["comm_id"] == self.id]
+
+    def links(self) -> list[dict[str, Any]]:
+        """Per-peer link counters: bytes each way, busy time, last activity, transport."""
+        return list(self._native.links())
+
+    def close(self) -> None:
+        """Finish queued ops, close connections. Idempotent."""
+        self._native.close()
+
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

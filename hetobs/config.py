@@ -1,0 +1,106 @@
+"""Every HETOBS_* setting, read from the environment in one place.
+
+The README's settings table mirrors SETTINGS below; tests check that they agree.
+Values are validated here so a typo fails at start-up with the variable's name,
+not deep inside the transport.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+__all__ = ["Settings", "SETTINGS", "SettingError", "from_env"]
+
+
+class SettingError(ValueError):
+    """A HETOBS_* (or rendezvous) variable holds a value that cannot be used."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: str
+    doc: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("HETOBS_JOB_ID", "SLURM_JOB_ID, TORCHELASTIC_RUN_ID, else generated",
+            "Job identity: names the job directory and authenticates handshakes when no secret is set."),
+    Setting("HETOBS_DIR", "<tmp>/hetobs", "Root of job directories; point it at shared storage on a cluster."),
+    Setting("HETOBS_TRANSPORT", "auto", "auto (shared memory within a host, TCP across), shm, or tcp."),
+    Setting("HETOBS_SECRET", "(unset)", "Shared secret: every handshake is authenticated with HMAC-SHA256 over a nonce."),
+    Setting("HETOBS_TIMEOUT", "600", "Seconds an op may wait on a peer before it fails with a timeout naming that peer."),
+    Setting("HETOBS_CONNECT_TIMEOUT", "60", "Seconds to wait for rendezvous and connections at start-up."),
+    Setting("HETOBS_RECORDS", "2048", "Op records kept per rank (ring, oldest overwritten)."),
+    Setting("HETOBS_HANG_TIMEOUT", "300", "Seconds without progress before the watchdog fires (watchdog issue)."),
+    Setting("HETOBS_SMALL_BYTES", "65536", "all_reduce payloads up to this size use the latency path (direct exchange)."),
+    Setting("HETOBS_DEBUG", "WARN", "Native log level: ERROR, WARN, INFO or DEBUG (to stderr)."),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    job_id: str
+    job_id_generated: bool
+    dir: str
+    transport: str
+    secret: str
+    timeout: float
+    connect_timeout: float
+    records: int
+    hang_timeout: float
+    small_bytes: int
+    debug: str
+
+
+def _number(env: Mapping[str, str], name: str, default: str, conv: Callable[[str], float | int],
+            minimum: float) -> float | int:
+    raw = env.get(name, default)
+    try:
+        value = conv(raw)
+    except ValueError:
+        raise SettingError(f"{name}={raw!r}: expected a number") from None
+    if value < minimum:
+        raise SettingError(f"{name}={raw!r}: must be at least {minimum}")
+    return value
+
+
+def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = env.get(name, default)
+    value = raw.strip().lower()
+    if value not in choices:
+        raise SettingError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
+    return value
+
+
+def _job_id(env: Mapping[str, str]) -> tuple[str, bool]:
+    for name in ("HETOBS_JOB_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
+        value = env.get(name, "").strip()
+        if value:
+            if "/" in value or value in (".", "..") or len(value) > 128:
+                raise SettingError(f"{name}={value!r}: a job id must be a plain name (no '/', at most 128 chars)")
+            return value, False
+    return uuid.uuid4().hex[:12], True
+
+
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate every setting (raises SettingError naming the variable)."""
+    env = os.environ if env is None else env
+    job_id, generated = _job_id(env)
+    return Settings(
+        job_id=job_id,
+        job_id_generated=generated,
+        dir=env.get("HETOBS_DIR", "") or os.path.join(tempfile.gettempdir(), "hetobs"),
+        transport=_choice(env, "HETOBS_TRANSPORT", "auto", ("auto", "shm", "tcp")),
+        secret=env.get("HETOBS_SECRET", ""),
+        timeout=float(_number(env, "HETOBS_TIMEOUT", "600", float, 0.001)),
+        connect_timeout=float(_number(env, "HETOBS_CONNECT_TIMEOUT", "60", float, 0.1)),
+        records=int(_number(env, "HETOBS_RECORDS", "2048", int, 1)),
+        hang_timeout=float(_number(env, "HETOBS_HANG_TIMEOUT", "300", float, 0.1)),
+        small_bytes=int(_number(env, "HETOBS_SMALL_BYTES", "65536", int, 0)),
+        debug=_choice(env, "HETOBS_DEBUG", "WARN", ("error", "warn", "info", "debug")).upper(),
+    )
