@@ -72,6 +72,12 @@ class Communicator:
         """World rank of each member, in this communicator's rank order."""
         return list(self._native.global_ranks)
 
+    @property
+    def address(self) -> tuple[str, int]:
+        """(ip, port) of this rank's authenticated listener (what peers connect to)."""
+        host, port = self._native.address
+        return str(host), int(port)
+
     def __repr__(self) -> str:
         return f"<hetobs.Communicator id={self.id} rank={self.rank}/{self.size}>"
 

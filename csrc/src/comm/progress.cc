@@ -31,9 +31,11 @@ namespace {
 
 constexpr int64_t kSpinNs = 20000;        // busy-poll this long after the last progress
 constexpr int64_t kYieldNs = 200000;      // then yield the core this long
+constexpr int64_t kTcpSpinNs = 5000;      // links all TCP: spin this long, then poll()
 constexpr int64_t kSleepNs = 20000000;    // then sleep at most this long per wait
 constexpr int64_t kControlNs = 20000000;  // poll every channel's control traffic this often
 constexpr int64_t kResolveNs = 1000000000;  // how long to collect peers' ops after a mismatch
+constexpr size_t kMaxPollFds = 1024;
 
 bool blockedBehind(SendItem* items, size_t i) {
   for (size_t j = 0; j < i; ++j)
@@ -99,9 +101,12 @@ void Communicator::exchange(SendItem* sends, size_t ns, RecvItem* recvs, size_t 
     }
     if (now >= deadlineNs_) timeoutError(sends, ns, recvs, nr);
     int64_t idle = now - lastMove;
-    if (idle < kSpinNs) {
+    // Over TCP the kernel moves the bytes: sleeping in poll() at once leaves it the core.
+    int64_t spin = anyShm_ ? kSpinNs : kTcpSpinNs;
+    int64_t yield = anyShm_ ? kYieldNs : 0;
+    if (idle < spin) {
       for (int i = 0; i < 32; ++i) HETOBS_PAUSE();
-    } else if (idle < kSpinNs + kYieldNs) {
+    } else if (idle < spin + yield) {
       sched_yield();
     } else {
       waitForEvents(sends, ns, recvs, nr, bellSeen, std::min(kSleepNs, deadlineNs_ - now));
@@ -121,33 +126,39 @@ void Communicator::exchange(SendItem* sends, size_t ns, RecvItem* recvs, size_t 
 void Communicator::waitForEvents(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr, uint32_t bellSeen,
                                  int64_t sleepNs) {
   bool tcpPending = false, shmPending = false;
-  std::vector<pollfd> fds;
-  fds.reserve(channels_.size());
+  pollfd fds[kMaxPollFds];
+  Channel* owners[kMaxPollFds];
+  bool wanted[kMaxPollFds];
+  size_t nfds = 0;
   for (size_t p = 0; p < channels_.size(); ++p) {
-    const auto& ch = channels_[p];
+    Channel* ch = channels_[p].get();
     if (!ch) continue;
-    short ev = POLLIN;
-    bool pending = false;
+    short ev = 0;
+    bool sendPending = false, recvPending = false;
     for (size_t i = 0; i < ns; ++i)
-      if (sends[i].peer == int(p) && !sends[i].done) {
-        pending = true;
-        if (!ch->isShm()) ev |= POLLOUT;
-      }
+      if (sends[i].peer == int(p) && !sends[i].done) sendPending = true;
     for (size_t i = 0; i < nr; ++i)
-      if (recvs[i].peer == int(p) && !recvs[i].done) pending = true;
-    if (pending) (ch->isShm() ? shmPending : tcpPending) = true;
-    if (!ch->peerClosed()) fds.push_back(pollfd{ch->pollFd(), ev, 0});
+      if (recvs[i].peer == int(p) && !recvs[i].done) recvPending = true;
+    if (sendPending || recvPending) (ch->isShm() ? shmPending : tcpPending) = true;
+    if (ch->peerClosed()) continue;
+    // Input is always interesting (acks, aborts, EOF, data) unless a later op's data is parked there.
+    if (!ch->holdsData() || (recvPending && !ch->isShm())) ev |= POLLIN;
+    if (sendPending && !ch->isShm()) ev |= POLLOUT;
+    if (ev && nfds < kMaxPollFds) {
+      fds[nfds] = pollfd{ch->pollFd(), ev, 0};
+      owners[nfds] = ch;
+      wanted[nfds] = (recvPending && !ch->isShm()) || (sendPending && !ch->isShm());
+      ++nfds;
+    }
   }
   if (tcpPending || !shmPending) {
     int ms = shmPending ? 0 : int(std::max<int64_t>(1, sleepNs / 1000000));
-    int rc = poll(fds.data(), fds.size(), ms);
-    // Control traffic (aborts, EOF) on a link we are not using right now: look at once.
+    int rc = poll(fds, nfds, ms);
+    // Readable links the op is not using carry control traffic (acks, aborts, EOF):
+    // drain it now, or poll() would keep returning at once and burn the core.
     if (rc > 0) {
-      for (const auto& f : fds)
-        if (f.revents & (POLLHUP | POLLERR)) {
-          pollAllControl();
-          break;
-        }
+      for (size_t i = 0; i < nfds; ++i)
+        if (fds[i].revents && !wanted[i]) owners[i]->pollControl(&desc_);
     }
   }
   if (shmPending && segment_) {

@@ -89,6 +89,8 @@ class Channel {
   virtual void sendAbort(const std::string& body) = 0;
   // After a failure: drop data frames so control frames behind them can be read.
   virtual void discardData() {}
+  // A data frame for a later op is parked at the head of the link (do not poll it for input).
+  virtual bool holdsData() const { return false; }
   // Whether the peer's end is closed (EOF seen on its connection).
   virtual bool peerClosed() const = 0;
 

@@ -22,6 +22,7 @@ class TcpChannel : public Channel {
   bool pollControl(const OpDesc* current) override;
   void sendAbort(const std::string& body) override;
   void discardData() override { discarding_ = true; }
+  bool holdsData() const override { return haveHdr_; }
   bool peerClosed() const override { return closed_; }
   int pollFd() const override { return fd_; }
   bool isShm() const override { return false; }
