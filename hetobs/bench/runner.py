@@ -273,6 +273,7 @@ class BenchResult:
     failures: dict[str, str] = field(default_factory=dict)  # backend -> error (partial rows may remain)
     skipped: dict[str, str] = field(default_factory=dict)  # backend -> why it was not run
     info: dict[str, dict[str, Any]] = field(default_factory=dict)  # backend -> what its ranks reported
+    notes: list[str] = field(default_factory=list)  # things a reader of the numbers should know
     wall_s: float = 0.0
 
     def to_dicts(self) -> list[dict[str, Any]]:
@@ -528,8 +529,15 @@ def run_bench(config: BenchConfig, progress: Callable[[Progress], None] | None =
         shutil.rmtree(workdir, ignore_errors=True)
 
     rows = _rows(cfg, plan, samples, memcpy_gbs, type_name)
+    notes = []
+    for b, i in info.items():
+        want = BACKENDS[b][1]
+        if want in ("shm", "tcp"):
+            used = sorted({t for bye in i.get("exit", []) for t in bye.get("link_transports", [])})
+            if used and used != [want]:
+                notes.append(f"{b}: ranks reported links over {', '.join(used)}, not only {want}")
     return BenchResult(config=cfg, rows=rows, memcpy_gbs=memcpy_gbs, failures=failures, skipped=skipped,
-                       info=info, wall_s=time.monotonic() - t_start)
+                       info=info, notes=notes, wall_s=time.monotonic() - t_start)
 
 
 def _rows(cfg: BenchConfig, plan: list[tuple[int, int, int, int]], samples: dict[str, list[list[list[float]]]],

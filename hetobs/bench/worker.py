@@ -43,8 +43,11 @@ class _Bench:
     def __init__(self, op: str, rank: int, size: int, dtype: str) -> None:
         self.op, self.rank, self.size, self.dtype = op, rank, size, dtype
         self.count = -1
-        self.x: np.ndarray = np.empty(0)
+        self._x: Any = None  # the backend's buffers (numpy arrays or torch tensors) ...
+        self._out: Any = None
+        self.x: np.ndarray = np.empty(0)  # ... and numpy views of them
         self.out: np.ndarray | None = None
+        self.call: Callable[[], None] = lambda: None
 
     # backends override
     def empty(self, count: int) -> Any:

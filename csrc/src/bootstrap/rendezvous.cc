@@ -17,6 +17,7 @@ namespace {
 
 constexpr size_t kMaxCard = 4096;
 constexpr int64_t kPerClientNs = 2000000000LL;
+const std::string kErrorPrefix = "hetobs-rendezvous-error:";
 
 std::string packTable(const std::vector<std::string>& cards) {
   std::string out;
@@ -56,11 +57,25 @@ std::vector<std::string> host(int size, const SockAddr& master, const Credential
       int64_t left = deadlineNs - monoNs();
       if (left <= 0) {
         std::string who;
+        int count = 0;
         for (int r = 1; r < size; ++r)
-          if (fds[size_t(r)] < 0) who += (who.empty() ? "" : ", ") + std::to_string(r);
-        throw Error(strFormat("rendezvous on port %d timed out: rank(s) %s never arrived (check MASTER_ADDR, "
-                              "MASTER_PORT and WORLD_SIZE on those ranks)",
-                              master.port, who.c_str()));
+          if (fds[size_t(r)] < 0) {
+            who += (who.empty() ? "" : ", ") + std::to_string(r);
+            ++count;
+          }
+        std::string msg = strFormat("rendezvous on port %d timed out: %s %s never arrived (check MASTER_ADDR, "
+                                    "MASTER_PORT and WORLD_SIZE on %s)",
+                                    master.port, count > 1 ? "ranks" : "rank", who.c_str(),
+                                    count > 1 ? "those ranks" : "that rank");
+        // Tell the ranks that did arrive why, so every rank names the missing one.
+        for (int r = 1; r < size; ++r)
+          if (fds[size_t(r)] >= 0) {
+            try {
+              writeBlob(fds[size_t(r)], kErrorPrefix + msg, monoNs() + 500000000LL, "rendezvous error");
+            } catch (const Error&) {
+            }
+          }
+        throw Error(msg);
       }
       pollfd p{lfd, POLLIN, 0};
       int rc = poll(&p, 1, int(std::min<int64_t>(left / 1000000 + 1, 1000)));
@@ -112,6 +127,7 @@ std::vector<std::string> rendezvous(int rank, int size, const SockAddr& master, 
                                     const std::string& myCard, int64_t deadlineNs) {
   if (size == 1) return {myCard};
   if (rank == 0) return host(size, master, cred, myCard, deadlineNs);
+  std::string fatal;  // rank 0 gave up and said why: do not retry
   for (;;) {
     int fd = connectTcp(master, deadlineNs);
     try {
@@ -123,12 +139,17 @@ std::vector<std::string> rendezvous(int rank, int size, const SockAddr& master, 
       writeBlob(fd, myCard, deadlineNs, "rendezvous card");
       std::string table = readBlob(fd, kMaxCard * size_t(size) + 4 * size_t(size), deadlineNs, "rendezvous table");
       close(fd);
+      if (table.compare(0, kErrorPrefix.size(), kErrorPrefix) == 0) {
+        fatal = table.substr(kErrorPrefix.size());
+        throw Error(fatal);
+      }
       return unpackTable(table, size);
     } catch (const AuthError&) {
       close(fd);
       throw;
     } catch (const Error& e) {
       close(fd);
+      if (!fatal.empty()) throw Error(fatal);
       if (monoNs() >= deadlineNs)
         throw Error(strFormat("rendezvous with rank 0 at %s failed: %s", master.str().c_str(), e.what()));
       // Rank 0 may have restarted its listener (stale port from an earlier job): retry.

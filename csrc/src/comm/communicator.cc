@@ -123,6 +123,7 @@ void Communicator::execute(const OpArgs& a, int64_t enqueueNs) {
     d.count = a.op == OpKind::kBarrier ? 0 : a.send_count;
   }
   desc_ = d;
+  if (!p2p) history_[d.seq % kHistory] = d;
   double timeout = a.timeout_s >= 0 ? a.timeout_s : config().timeout_s;
 
   OpRecord rec{};
@@ -191,7 +192,8 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key) {
     if (members[i].second == rank_) newRank = int(i);
     global.push_back(global_[size_t(members[i].second)]);
   }
-  uint64_t id = mix(mix(id_ ^ mix(splitNo)) ^ uint64_t(color));
+  // 53 bits: ids stay exact in JSON readers (JavaScript, Grafana) and fit an int64.
+  uint64_t id = mix(mix(id_ ^ mix(splitNo)) ^ uint64_t(color)) & ((1ULL << 53) - 1);
   if (id == 0) id = 1;  // 0 names the world
   auto child = std::make_shared<Communicator>(endpoint_, id, global, newRank);
   child->connect();

@@ -158,7 +158,7 @@ void Communicator::waitForEvents(SendItem* sends, size_t ns, RecvItem* recvs, si
     // drain it now, or poll() would keep returning at once and burn the core.
     if (rc > 0) {
       for (size_t i = 0; i < nfds; ++i)
-        if (fds[i].revents && !wanted[i]) owners[i]->pollControl(&desc_);
+        if (fds[i].revents && !wanted[i]) owners[i]->pollControl();
     }
   }
   if (shmPending && segment_) {
@@ -167,8 +167,23 @@ void Communicator::waitForEvents(SendItem* sends, size_t ns, RecvItem* recvs, si
 }
 
 void Communicator::pollAllControl() {
-  for (auto& ch : channels_)
-    if (ch) ch->pollControl(&desc_);
+  for (auto& ch : channels_) {
+    if (!ch) continue;
+    ch->pollControl();
+    // A data frame parked on a link we are not reading yet tells on its sender: if it
+    // is for this op and disagrees, or is left over from an op we finished without
+    // ever reading from that peer, the two ranks ran different ops at that seq.
+    FrameHeader h;
+    if (isP2P(desc_.op) || !ch->peekData(&h)) continue;
+    OpDesc theirs = h.desc();
+    if (theirs.comm_tag != desc_.comm_tag || isP2P(theirs.op)) continue;
+    if (theirs.seq == desc_.seq) {
+      checkFrame(ch->peer(), theirs, desc_);
+    } else if (theirs.seq < desc_.seq) {
+      const OpDesc& ours = history_[theirs.seq % kHistory];
+      checkFrame(ch->peer(), theirs, ours.seq == theirs.seq ? ours : desc_);
+    }
+  }
 }
 
 void Communicator::timeoutError(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr) {
@@ -240,7 +255,13 @@ void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, c
   // Collect every rank's own op (first-hand reports win over second-hand ones), then
   // let the majority decide who deviated. No rank is trusted as the reference.
   std::map<int, OpDesc> firsthand, secondhand;
-  firsthand[rank_] = desc_;
+  // Judge the op at the seq where the mismatch was seen, which this rank may have
+  // finished already (its part of the data flow never touched the deviator).
+  OpDesc ours = desc_;
+  uint64_t seq = notice ? notice->reporter_desc.seq
+                        : (directTheirs && directTheirs->seq < desc_.seq ? directTheirs->seq : desc_.seq);
+  if (seq != desc_.seq && !isP2P(desc_.op) && history_[seq % kHistory].seq == seq) ours = history_[seq % kHistory];
+  firsthand[rank_] = ours;
   if (directTheirs) secondhand[directPeer] = *directTheirs;
   if (notice) {
     firsthand[notice->reporter] = notice->reporter_desc;
@@ -249,7 +270,7 @@ void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, c
   AbortNotice mine;
   mine.kind = AbortKind::kMismatch;
   mine.reporter = rank_;
-  mine.reporter_desc = desc_;
+  mine.reporter_desc = ours;
   mine.suspect = directTheirs ? directPeer : -1;
   if (directTheirs) mine.suspect_desc = *directTheirs;
   mine.cause = directTheirs ? strFormat("rank %d saw rank %d run %s while it runs %s", rank_, directPeer,
@@ -265,7 +286,7 @@ void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, c
     for (auto& ch : channels_) {
       if (!ch || ch->peerClosed() || firsthand.count(ch->peer().rank)) continue;
       try {
-        ch->pollControl(nullptr);
+        ch->pollControl();
       } catch (const RemoteAbort& a) {
         AbortNotice got = AbortNotice::decode(a.body);
         if (got.reporter >= 0) {

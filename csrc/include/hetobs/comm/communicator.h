@@ -114,6 +114,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   uint64_t splitCount_ = 0;
 
   OpDesc desc_{};          // the op running now
+  // Recent collectives by seq, so a rank that finished an op can still say what it
+  // ran when a peer later reports a mismatch at that seq.
+  static constexpr size_t kHistory = 64;
+  OpDesc history_[kHistory]{};
   int64_t opStartNs_ = 0;   // when it started
   int64_t deadlineNs_ = 0;  // its deadline
   std::vector<uint8_t> scratch_;

@@ -83,14 +83,16 @@ class Channel {
   virtual bool progressSend(SendItem& item, const OpDesc& desc) = 0;
   virtual bool progressRecv(RecvItem& item, const OpDesc& expect) = 0;
   // Handle control traffic (acks, aborts, EOF) without consuming data meant for a
-  // later op. Returns true if something changed. Throws like the progress calls.
-  virtual bool pollControl(const OpDesc* current) = 0;
+  // later op. Returns true if something changed. Throws RemoteAbort / PeerError.
+  virtual bool pollControl() = 0;
   // Send an abort notice carrying `body` (best effort, bounded time, never throws).
   virtual void sendAbort(const std::string& body) = 0;
   // After a failure: drop data frames so control frames behind them can be read.
   virtual void discardData() {}
   // A data frame for a later op is parked at the head of the link (do not poll it for input).
   virtual bool holdsData() const { return false; }
+  // Header of the data frame waiting at the head of the link, if any (not consumed).
+  virtual bool peekData(FrameHeader* out) = 0;
   // Whether the peer's end is closed (EOF seen on its connection).
   virtual bool peerClosed() const = 0;
 

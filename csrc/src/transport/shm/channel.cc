@@ -168,7 +168,7 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
   return false;
 }
 
-bool ShmChannel::pollControl(const OpDesc* current) {
+bool ShmChannel::pollControl() {
   bool changed = false;
   if (!closed_) {
     FrameHeader h;
@@ -196,18 +196,13 @@ bool ShmChannel::pollControl(const OpDesc* current) {
       throw RemoteAbort(peer_.rank, body);
     }
   }
-  if (current && !isP2P(current->op)) {
-    uint64_t head = in_->head.load(std::memory_order_acquire);
-    if (head != tail_) {
-      FrameHeader h;
-      copyOut(tail_, &h, sizeof h);
-      OpDesc theirs = h.desc();
-      if (h.magic == kFrameMagic && theirs.seq == current->seq && theirs.comm_tag == current->comm_tag &&
-          !isP2P(theirs.op))
-        checkFrame(peer_, theirs, *current);
-    }
-  }
   return changed;
+}
+
+bool ShmChannel::peekData(FrameHeader* out) {
+  if (in_->head.load(std::memory_order_acquire) == tail_) return false;
+  copyOut(tail_, out, sizeof *out);
+  return out->magic == kFrameMagic;
 }
 
 void ShmChannel::sendAbort(const std::string& body) {

@@ -62,6 +62,13 @@ bool TcpChannel::flushAck() {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && wouldBlock(errno)) return false;
+    // Acks are advisory: a peer that finished and left does not need them, and the
+    // data they confirm has already arrived. Only a later read or send may fail.
+    if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+      closed_ = true;
+      ackOff_ = 0;
+      return true;
+    }
     throwIo("sending an ack", errno);
   }
   ackOff_ = 0;
@@ -262,7 +269,7 @@ bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
   }
 }
 
-bool TcpChannel::pollControl(const OpDesc* current) {
+bool TcpChannel::pollControl() {
   bool changed = false;
   if (ackOwed_ || ackOff_) changed |= flushAck();
   if (discarding_ && haveHdr_ && !skipPayload()) return changed;
@@ -272,14 +279,13 @@ bool TcpChannel::pollControl(const OpDesc* current) {
     changed |= acked != progress_.send_acked.load(std::memory_order_relaxed);
     if (closed_) changed = true;
   }
-  // A data frame for the op we run, from a peer we are not reading yet: if it
-  // disagrees with our op, say so now rather than wait for a hang.
-  if (haveHdr_ && current && !isP2P(current->op)) {
-    OpDesc theirs = rhdr_.desc();
-    if (theirs.seq == current->seq && theirs.comm_tag == current->comm_tag && !isP2P(theirs.op))
-      checkFrame(peer_, theirs, *current);
-  }
   return changed;
+}
+
+bool TcpChannel::peekData(FrameHeader* out) {
+  if (!haveHdr_) return false;
+  *out = rhdr_;
+  return true;
 }
 
 void TcpChannel::sendAbort(const std::string& body) {

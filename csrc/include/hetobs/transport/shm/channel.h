@@ -21,7 +21,8 @@ class ShmChannel : public Channel {
 
   bool progressSend(SendItem& item, const OpDesc& desc) override;
   bool progressRecv(RecvItem& item, const OpDesc& expect) override;
-  bool pollControl(const OpDesc* current) override;
+  bool pollControl() override;
+  bool peekData(FrameHeader* out) override;
   void sendAbort(const std::string& body) override;
   bool peerClosed() const override { return closed_; }
   int pollFd() const override { return ctl_; }

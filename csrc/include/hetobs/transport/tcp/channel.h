@@ -19,7 +19,8 @@ class TcpChannel : public Channel {
 
   bool progressSend(SendItem& item, const OpDesc& desc) override;
   bool progressRecv(RecvItem& item, const OpDesc& expect) override;
-  bool pollControl(const OpDesc* current) override;
+  bool pollControl() override;
+  bool peekData(FrameHeader* out) override;
   void sendAbort(const std::string& body) override;
   void discardData() override { discarding_ = true; }
   bool holdsData() const override { return haveHdr_; }

@@ -1,0 +1,85 @@
+"""Turn exceptions that escape a command into one stderr line and an exit code.
+
+The library raises typed exceptions and never exits; this table is the one place
+that decides what a user sees for each type. Lookup walks the exception's MRO, so
+the most specific entry wins (SettingError before ValueError). Known errors print
+one line, with no traceback unless HETOBS_TRACEBACK=1; unknown ones are bugs, so
+they always print the traceback and exit INTERNAL (never Python's 1, which would read
+as "fault found").
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import TextIO
+
+from hetobs.config import SettingError
+from hetobs.errors import HetobsError
+
+from ._exit_codes import ExitCode
+
+__all__ = ["KNOWN", "lookup", "report"]
+
+Formatter = Callable[[BaseException], str]
+
+TRACEBACK_ENV = "HETOBS_TRACEBACK"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _plain(exc: BaseException) -> str:
+    return _one_line(str(exc)) or type(exc).__name__
+
+
+def _named(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {_plain(exc)}"
+
+
+def _import(exc: BaseException) -> str:
+    return f"{_plain(exc)} (is hetobs built? run: bash scripts/setup.sh)"
+
+
+KNOWN: dict[type[BaseException], tuple[Formatter, ExitCode]] = {
+    SettingError: (_plain, ExitCode.USAGE),
+    ValueError: (_plain, ExitCode.USAGE),
+    OSError: (_named, ExitCode.INTERNAL),
+    HetobsError: (_named, ExitCode.INTERNAL),
+    ImportError: (_import, ExitCode.INTERNAL),
+}
+
+
+def lookup(exc: BaseException) -> tuple[Formatter, ExitCode] | None:
+    """The table entry for the most specific known base class of `exc`, if any."""
+    for cls in type(exc).__mro__:
+        if cls in KNOWN:
+            return KNOWN[cls]
+    return None
+
+
+def _want_traceback() -> bool:
+    return os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+
+
+def report(exc: BaseException, stream: TextIO | None = None) -> ExitCode:
+    """Write what the user should see for `exc` to `stream` (stderr) and return the exit code.
+
+    A known error is one line; internal ones say how to get the traceback.
+    """
+    stream = sys.stderr if stream is None else stream
+    entry = lookup(exc)
+    if entry is None or _want_traceback():
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=stream)
+    if entry is None:
+        stream.write(f"error: internal error: {_named(exc)}\n")
+        return ExitCode.INTERNAL
+    formatter, code = entry
+    hint = ""
+    if code == ExitCode.INTERNAL and not _want_traceback():
+        hint = f" (set {TRACEBACK_ENV}=1 to see the traceback)"
+    stream.write(f"error: {formatter(exc)}{hint}\n")
+    return code

@@ -1,0 +1,213 @@
+"""`hetobs bench`: the hetobs native transport and torch's Gloo, side by side, in nccl-tests terms.
+
+Registered by cli/main.py as the sub-command "bench" (`_add_optional("bench")`, i.e.
+`app.add_typer(bench.app, name="bench")`). Tables go to stdout, progress and warnings
+to stderr; `--json` prints one plain JSON array of rows on stdout.
+Exit codes: 0 every requested backend ran (Gloo is skipped with a warning when torch is
+missing), 2 usage error, 4 a backend failed or a hetobs backend could not run (the
+native core is not built); rows of the backends that did run are still printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from hetobs.bench import (
+    BACKENDS,
+    DTYPES,
+    OPS,
+    BenchConfig,
+    BenchResult,
+    Progress,
+    backend_unavailable,
+    format_size,
+    parse_sizes,
+    run_bench,
+)
+
+from ._exit_codes import ExitCode
+from ._output import Output
+
+# subcommand_metavar="": a command, not a group, so help shows no "COMMAND [ARGS]...".
+app = typer.Typer(add_completion=False, subcommand_metavar="")
+
+def _split_backends(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(b.strip() for b in text.split(",") if b.strip()))
+    if not names:
+        raise typer.BadParameter("expected a comma-separated list, e.g. hetobs-shm,hetobs-tcp,gloo",
+                                 param_hint="--backends")
+    for b in names:
+        if b not in BACKENDS:
+            raise typer.BadParameter(f"{b!r} is not one of {', '.join(BACKENDS)}", param_hint="--backends")
+    return names
+
+
+class _Reporter:
+    """Progress on stderr: a live bar on a terminal, a line per repetition otherwise."""
+
+    def __init__(self, err: Console, quiet: bool) -> None:
+        self.err, self.quiet = err, quiet
+        self.bar: Any = None
+        self.task: Any = None
+        self.last_rep = ""
+
+    def __enter__(self) -> "_Reporter":
+        if self.err.is_terminal and not self.quiet:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+
+            self.bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                           console=self.err, transient=True)
+            self.bar.__enter__()
+            self.task = self.bar.add_task("starting", total=None)
+        return self
+
+    def __call__(self, p: Progress) -> None:
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.update(self.task, description=p.message, completed=p.done, total=p.total or None)
+            return
+        rep = p.message.split("  ")[0] if p.message.startswith("rep ") else p.message
+        if rep != self.last_rep:
+            self.last_rep = rep
+            self.err.print(f"[dim]bench: {rep}[/dim]", highlight=False)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+
+def _num(v: float | None, fmt: str = "{:.2f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def render(result: BenchResult, out: Console) -> None:
+    """nccl-tests style tables: one per backend, then busbw side by side."""
+    cfg = result.config
+    cores = os.cpu_count() or 0
+    memcpy = (f"memcpy {result.memcpy_gbs:.2f} GB/s ({format_size(cfg.memcpy_bytes or 0)} numpy copy, best of 5)"
+              if result.memcpy_gbs else "memcpy not measured")
+    over = " (oversubscribed: more ranks than cores)" if cores and cfg.ranks > cores else ""
+    out.print(f"# hetobs bench: {cfg.op}, {cfg.ranks} ranks on {cores} cores{over}, {cfg.dtype}, "
+              f"{cfg.reps} reps{' (quick)' if cfg.quick else ''}; {memcpy}", highlight=False)
+    out.print("# time = max over ranks of each rank's median batch average; algbw = size/time; "
+              "busbw = algbw x nccl-tests factor", highlight=False)
+    backends = [b for b in cfg.backends if any(r.backend == b for r in result.rows)]
+    has_gloo = "gloo" in backends
+    for b in backends:
+        rows = [r for r in result.rows if r.backend == b]
+        t = Table(show_edge=False, pad_edge=False)
+        for name in ("size (B)", "count", "type", "redop", "root", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+            t.add_column(name, justify="left" if name in ("type", "redop") else "right")
+        if has_gloo and b != "gloo":
+            t.add_column("busbw/gloo", justify="right")
+        t.add_column("busbw/memcpy", justify="right")
+        for r in rows:
+            cells = [str(r.size), str(r.count), r.type, r.redop, str(r.root), f"{r.time_us:.1f}",
+                     f"{r.algbw:.3f}", f"{r.busbw:.3f}"]
+            if has_gloo and b != "gloo":
+                cells.append(_num(r.busbw_vs_gloo))
+            cells.append(_num(r.busbw_of_memcpy, "{:.1%}"))
+            t.add_row(*cells)
+        out.print()
+        out.print(f"{b}: {cfg.op}, {cfg.ranks} ranks", highlight=False)
+        out.print(t)
+    if len(backends) > 1:
+        t = Table(show_edge=False, pad_edge=False)
+        t.add_column("size", justify="right")
+        for b in backends:
+            t.add_column(b, justify="right")
+        ratios = [b for b in backends if b != "gloo"] if has_gloo else []
+        for b in ratios:
+            t.add_column(f"{b}/gloo", justify="right")
+        by = {(r.backend, r.size): r for r in result.rows}
+        for size in dict.fromkeys(r.size for r in result.rows):
+            cells = [format_size(size)]
+            cells += [_num(by[(b, size)].busbw, "{:.3f}") if (b, size) in by else "-" for b in backends]
+            cells += [_num(by[(b, size)].busbw_vs_gloo) if (b, size) in by else "-" for b in ratios]
+            t.add_row(*cells)
+        out.print()
+        out.print(f"busbw (GB/s) side by side, {cfg.op}, {cfg.ranks} ranks", highlight=False)
+        out.print(t)
+
+
+@app.callback(invoke_without_command=True)
+def bench(
+    ranks: Annotated[int, typer.Option("--ranks", "-n", min=1, help="Ranks (processes) per backend.")] = 2,
+    op: Annotated[str, typer.Option("--op", help=f"Collective: {', '.join(OPS)}.")] = "all_reduce",
+    backends: Annotated[str, typer.Option("--backends", help=f"Comma-separated, from {', '.join(BACKENDS)}.")]
+    = "hetobs-shm,hetobs-tcp,gloo",
+    sizes: Annotated[Optional[str], typer.Option(
+        "--sizes", help="Comma-separated sizes in bytes, K/M/G suffixes (default 8 B, then powers of 4 from "
+                        "64 B to 64 MiB; with --quick 8,64K,1M,16M).")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="A few sizes, few iterations, 3 reps: a demo.")] = False,
+    reps: Annotated[Optional[int], typer.Option("--reps", min=1, help="Repetitions (default 5, 3 with --quick).")]
+    = None,
+    dtype: Annotated[str, typer.Option("--dtype", help=f"Element type: {', '.join(DTYPES)}.")] = "float32",
+    as_json: Annotated[bool, typer.Option("--json", help="Print plain JSON rows on stdout instead of tables.")]
+    = False,
+    save: Annotated[Optional[Path], typer.Option("--save", help="Also write the JSON rows to this file.")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", min=1.0, help="Seconds one batch may take before the "
+                                                                      "backend is declared failed.")] = 120.0,
+) -> None:
+    """Measure collectives on hetobs-shm, hetobs-tcp and Gloo, interleaved in one run."""
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    say = Output(json_mode=as_json)
+    if op not in OPS:
+        raise typer.BadParameter(f"{op!r} is not one of {', '.join(OPS)}", param_hint="--op")
+    if dtype not in DTYPES:
+        raise typer.BadParameter(f"{dtype!r} is not one of {', '.join(DTYPES)}", param_hint="--dtype")
+    names = _split_backends(backends)
+    try:
+        size_list = parse_sizes(sizes) if sizes is not None else None
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--sizes") from None
+
+    code = ExitCode.OK
+    for b in names:
+        why = backend_unavailable(b)
+        if why is not None:  # run_bench skips it too; say so before a long run, not after
+            say.warning(f"skipping {b}: {why}")
+            if b != "gloo":
+                code = ExitCode.INTERNAL
+
+    cfg = BenchConfig(ranks=ranks, op=op, backends=names, sizes=size_list, reps=reps, dtype=dtype, quick=quick,
+                      timeout_s=timeout)
+    with _Reporter(err, quiet=False) as reporter:
+        result = run_bench(cfg, progress=reporter)
+
+    for note in result.notes:
+        say.warning(note)
+    for b, why in result.failures.items():
+        say.error(f"{b} failed: {why}")
+        code = ExitCode.INTERNAL
+    if not result.rows:
+        say.error("no backend produced results")
+        code = ExitCode.INTERNAL
+
+    rows = result.to_dicts()
+    if save is not None:
+        try:
+            save.parent.mkdir(parents=True, exist_ok=True)
+            save.write_text(json.dumps(rows, indent=2) + "\n")
+        except OSError as e:
+            say.error(f"cannot write {save}: {e}")
+            code = ExitCode.INTERNAL
+    if as_json:
+        say.json(rows)
+    elif result.rows:
+        tty = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
+        render(result, Console(file=sys.stdout, width=None if tty else 200, highlight=False, soft_wrap=False))
+    raise typer.Exit(int(code))
+
+
+if __name__ == "__main__":
+    app()

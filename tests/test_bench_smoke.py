@@ -1,0 +1,231 @@
+"""Smoke tests of `hetobs bench` (hetobs/bench, cli/bench.py).
+
+They check that the benchmark runs, that its rows hold sane positive numbers, and that
+the nccl-tests bandwidth arithmetic is right. They never assert speed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from hetobs.bench import (
+    DEFAULT_SIZES,
+    OPS,
+    QUICK_SIZES,
+    BenchConfig,
+    bus_factor,
+    element_count,
+    format_size,
+    parse_size,
+    parse_sizes,
+    plan_iters,
+    run_bench,
+)
+from hetobs.bench import runner
+
+_HAVE_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not _HAVE_TORCH, reason="torch is not installed (Gloo backend)")
+
+
+# -- arithmetic ----------------------------------------------------------------------------
+
+def _expected_factor(op: str, n: int) -> float:
+    # nccl-tests: src/all_reduce.cu, all_gather.cu, reduce_scatter.cu, alltoall.cu, broadcast.cu, ...
+    return {
+        "all_reduce": 2 * (n - 1) / n,
+        "all_gather": (n - 1) / n,
+        "reduce_scatter": (n - 1) / n,
+        "all_to_all": (n - 1) / n,
+        "gather": (n - 1) / n,
+        "scatter": (n - 1) / n,
+        "broadcast": 1.0,
+        "reduce": 1.0,
+        "send": 1.0,
+        "recv": 1.0,
+    }[op]
+
+
+@pytest.mark.parametrize("op", list(OPS) + ["gather", "scatter", "reduce", "send", "recv"])
+@pytest.mark.parametrize("n", list(range(1, 17)) + [64, 1000])
+def test_bus_factor_matches_nccl_tests(op: str, n: int) -> None:
+    assert bus_factor(op, n) == pytest.approx(_expected_factor(op, n), rel=0, abs=1e-15)
+
+
+def test_bus_factor_known_values() -> None:
+    assert bus_factor("all_reduce", 1) == 0.0
+    assert bus_factor("all_reduce", 2) == 1.0
+    assert bus_factor("all_reduce", 4) == 1.5
+    assert bus_factor("all_reduce", 8) == 1.75
+    assert bus_factor("all_gather", 2) == 0.5
+    assert bus_factor("reduce_scatter", 4) == 0.75
+    assert bus_factor("all_to_all", 8) == 0.875
+    assert bus_factor("broadcast", 1) == bus_factor("broadcast", 7) == 1.0
+
+
+def test_bus_factor_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="rank"):
+        bus_factor("all_reduce", 0)
+    with pytest.raises(ValueError, match="op="):
+        bus_factor("barrier", 2)
+
+
+def test_parse_sizes() -> None:
+    assert parse_size("8") == 8
+    assert parse_size("4K") == parse_size("4k") == parse_size("4KiB") == parse_size("4KB") == 4096
+    assert parse_size("1M") == parse_size("1MiB") == 1 << 20
+    assert parse_size("64M") == 64 << 20
+    assert parse_size("1G") == 1 << 30
+    assert parse_size("0.5K") == 512
+    assert parse_sizes("8,1M,64M") == (8, 1 << 20, 64 << 20)
+    assert parse_sizes("8, 8 ,4K,") == (8, 4096)
+    for bad in ("", "x", "-1", "0", "1.5", "4Q"):
+        with pytest.raises(ValueError):
+            parse_sizes(bad) if bad == "" else parse_size(bad)
+
+
+def test_default_sizes_and_iterations() -> None:
+    assert DEFAULT_SIZES[0] == 8 and DEFAULT_SIZES[-1] == 64 << 20
+    assert all(b == a * 4 for a, b in zip(DEFAULT_SIZES[1:], DEFAULT_SIZES[2:]))  # powers of 4
+    assert max(QUICK_SIZES) >= 16 << 20  # the memcpy fraction shows in the demo
+    for quick in (False, True):
+        plans = [plan_iters(s, quick) for s in DEFAULT_SIZES]
+        assert all(w >= 1 and i >= 2 for w, i in plans)
+        iters = [i for _, i in plans]
+        assert iters == sorted(iters, reverse=True)  # fewer iterations as sizes grow
+    assert format_size(8) == "8 B" and format_size(4096) == "4 KiB" and format_size(64 << 20) == "64 MiB"
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
+def test_element_count(n: int) -> None:
+    for op in OPS:
+        for size in (1, 8, 12, 4096, 1 << 20):
+            count = element_count(op, size, n, 4)
+            assert count >= 1
+            if op in ("all_gather", "reduce_scatter", "all_to_all"):
+                assert count % n == 0 and count >= n
+                assert count * 4 <= max(size, n * 4)
+            else:
+                assert count == max(1, size // 4)
+
+
+def test_rows_follow_nccl_tests_math() -> None:
+    """time = max over ranks of each rank's median; algbw = size/time; busbw = algbw x factor."""
+    cfg = BenchConfig(ranks=4, op="all_reduce", backends=("hetobs-shm", "gloo"), sizes=(4096, 32 << 20),
+                      reps=3).resolved()
+    plan = [(4096, 1024, 1, 10), (32 << 20, 8 << 20, 1, 3)]
+    # samples[backend][size][rank] = batch averages (seconds) over 3 repetitions
+    shm = [[[1e-4, 3e-4, 2e-4]] * 3 + [[5e-4, 4e-4, 9e-4]],  # rank 3 is slowest: median 5e-4
+           [[0.02, 0.02, 0.02]] * 4]
+    gloo = [[[1e-3, 1e-3, 1e-3]] * 4, [[0.04, 0.05, 0.03]] * 4]
+    rows = runner._rows(cfg, plan, {"hetobs-shm": shm, "gloo": gloo}, 10.0, "float")
+    by = {(r.backend, r.size): r for r in rows}
+    r = by[("hetobs-shm", 4096)]
+    assert r.time_us == pytest.approx(500.0)
+    assert r.rank_time_us == pytest.approx([200.0, 200.0, 200.0, 500.0])
+    assert r.algbw == pytest.approx(4096 / 5e-4 / 1e9)
+    assert r.busbw == pytest.approx(r.algbw * 1.5)
+    assert r.busbw_vs_gloo == pytest.approx(r.busbw / by[("gloo", 4096)].busbw)
+    assert r.busbw_vs_gloo == pytest.approx(1e-3 / 5e-4)
+    assert r.busbw_of_memcpy is None  # below 16 MiB
+    big = by[("hetobs-shm", 32 << 20)]
+    assert big.busbw == pytest.approx((32 << 20) / 0.02 / 1e9 * 1.5)
+    assert big.busbw_of_memcpy == pytest.approx(big.busbw / 10.0)
+    assert by[("gloo", 32 << 20)].time_us == pytest.approx(40000.0)
+    assert by[("gloo", 32 << 20)].busbw_vs_gloo is None
+    assert (r.type, r.redop, r.root, r.count, r.reps) == ("float", "sum", -1, 1024, 3)
+
+
+def test_config_validation() -> None:
+    for bad in (dict(op="barrier"), dict(ranks=0), dict(backends=("nccl",)), dict(dtype="complex64"),
+                dict(reps=0), dict(sizes=(0,))):
+        with pytest.raises(ValueError):
+            BenchConfig(**bad).resolved()  # type: ignore[arg-type]
+    q = BenchConfig(quick=True).resolved()
+    assert q.sizes == QUICK_SIZES and q.reps == 3
+    d = BenchConfig().resolved()
+    assert d.sizes == DEFAULT_SIZES and d.reps == 5
+
+
+# -- running it ----------------------------------------------------------------------------
+
+def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hetobs.cli", "bench", *args], capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ, COLUMNS="200"))
+
+
+def _check_rows(rows: list[dict[str, Any]], backend: str, n: int, sizes: list[int]) -> None:
+    assert [r["backend"] for r in rows] == [backend] * len(sizes)
+    assert [r["size"] for r in rows] == sizes
+    for r in rows:
+        assert r["op"] == "all_reduce" and r["ranks"] == n and r["type"] == "float" and r["redop"] == "sum"
+        assert r["count"] * 4 == r["size"]
+        for key in ("time_us", "algbw", "busbw", "memcpy_gbs"):
+            assert isinstance(r[key], float) and math.isfinite(r[key]) and r[key] > 0, (key, r)
+        assert r["algbw"] == pytest.approx(r["size"] / (r["time_us"] * 1e-6) / 1e9)
+        assert r["busbw"] == pytest.approx(r["algbw"] * bus_factor("all_reduce", n))
+        assert len(r["rank_time_us"]) == n and max(r["rank_time_us"]) == pytest.approx(r["time_us"])
+        assert r["reps"] >= 1 and r["iters"] >= 1 and r["warmup"] >= 1
+        assert r["busbw_of_memcpy"] is None  # sizes below 16 MiB
+
+
+def test_cli_bench_hetobs_shm_json(core: Any) -> None:
+    p = _cli("--ranks", "2", "--sizes", "8,4K", "--reps", "1", "--json", "--backends", "hetobs-shm")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    _check_rows(rows, "hetobs-shm", 2, [8, 4096])
+    assert all(r["busbw_vs_gloo"] is None for r in rows)  # no Gloo in this run
+
+
+@needs_torch
+def test_cli_bench_gloo_json_and_table() -> None:
+    p = _cli("--ranks", "2", "--sizes", "8,4K", "--reps", "1", "--json", "--backends", "gloo")
+    assert p.returncode == 0, p.stderr
+    _check_rows(json.loads(p.stdout), "gloo", 2, [8, 4096])
+    p = _cli("--ranks", "2", "--sizes", "4K", "--reps", "1", "--backends", "gloo")
+    assert p.returncode == 0, p.stderr
+    for column in ("size (B)", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+        assert column in p.stdout
+    assert "4096" in p.stdout and "memcpy" in p.stdout
+
+
+def test_cli_bench_usage_errors() -> None:
+    for args in (["--sizes", "3X"], ["--backends", "nccl"], ["--op", "barrier"], ["--ranks", "0"]):
+        p = _cli(*args, timeout=60)
+        assert p.returncode == 2, (args, p.stdout, p.stderr)
+        assert p.stdout == ""
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.parametrize("op", OPS)
+def test_gloo_every_op_with_uneven_ranks(op: str) -> None:
+    """Three ranks: blocked ops round the count to a multiple of 3; each result is verified
+    once by the worker (a wrong result would fail the backend)."""
+    res = run_bench(BenchConfig(ranks=3, op=op, backends=("gloo",), sizes=(8, 1000), reps=1, quick=True,
+                                memcpy_bytes=0))
+    assert not res.failures, res.failures
+    assert [r.size for r in res.rows] == [element_count(op, s, 3, 4) * 4 for s in (8, 1000)]
+    for r in res.rows:
+        assert r.time_us > 0 and r.busbw == pytest.approx(r.algbw * bus_factor(op, 3))
+        assert r.root == (0 if op == "broadcast" else -1)
+    assert res.memcpy_gbs is None
+
+
+@needs_torch
+def test_timed_out_backend_is_stopped_and_reported() -> None:
+    """A batch over the timeout fails that backend with a message; its ranks are gone."""
+    res = run_bench(BenchConfig(ranks=2, backends=("gloo",), sizes=(64 << 20,), reps=1, quick=True,
+                                timeout_s=0.05, memcpy_bytes=0))
+    assert set(res.failures) == {"gloo"} and "no reply" in res.failures["gloo"]
+    assert res.rows == []
+    for ready in res.info["gloo"]["ready"]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(ready["pid"], 0)
