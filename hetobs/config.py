@@ -30,13 +30,15 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting("HETOBS_JOB_ID", "SLURM_JOB_ID, TORCHELASTIC_RUN_ID, else generated",
             "Job identity: names the job directory and authenticates handshakes when no secret is set."),
-    Setting("HETOBS_DIR", "<tmp>/hetobs", "Root of job directories; point it at shared storage on a cluster."),
+    Setting("HETOBS_DIR", "<tmp>/hetobs-<uid>", "Root of job directories; point it at shared storage on a cluster."),
     Setting("HETOBS_TRANSPORT", "auto", "auto (shared memory within a host, TCP across), shm, or tcp."),
     Setting("HETOBS_SECRET", "(unset)", "Shared secret: every handshake is authenticated with HMAC-SHA256 over a nonce."),
     Setting("HETOBS_TIMEOUT", "600", "Seconds an op may wait on a peer before it fails with a timeout naming that peer."),
     Setting("HETOBS_CONNECT_TIMEOUT", "60", "Seconds to wait for rendezvous and connections at start-up."),
     Setting("HETOBS_RECORDS", "2048", "Op records kept per rank (ring, oldest overwritten)."),
-    Setting("HETOBS_HANG_TIMEOUT", "300", "Seconds without progress before the watchdog fires (watchdog issue)."),
+    Setting("HETOBS_HANG_TIMEOUT", "300", "Seconds without progress in an op before the watchdog dumps every rank."),
+    Setting("HETOBS_ABORT_ON_HANG", "0", "1: after the hang dump, fail the stuck op with an error instead of waiting."),
+    Setting("HETOBS_DUMP_SIGNAL", "off", "A signal (name or number, e.g. SIGUSR2) that makes this rank dump; chains to prior handlers."),
     Setting("HETOBS_SMALL_BYTES", "65536", "all_reduce payloads up to this size use the latency path (direct exchange)."),
     Setting("HETOBS_DEBUG", "WARN", "Native log level: ERROR, WARN, INFO or DEBUG (to stderr)."),
 )
@@ -53,6 +55,8 @@ class Settings:
     connect_timeout: float
     records: int
     hang_timeout: float
+    abort_on_hang: bool
+    dump_signal: int
     small_bytes: int
     debug: str
 
@@ -77,6 +81,25 @@ def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str,
     return value
 
 
+def _signal(env: Mapping[str, str], name: str) -> int:
+    import signal
+
+    raw = env.get(name, "off").strip()
+    if raw.lower() in ("", "off", "0", "none"):
+        return 0
+    if raw.isdigit():
+        num = int(raw)
+    else:
+        upper = raw.upper()
+        sig = getattr(signal, upper if upper.startswith("SIG") else "SIG" + upper, None)
+        if not isinstance(sig, signal.Signals):
+            raise SettingError(f"{name}={raw!r}: not a signal name or number")
+        num = int(sig)
+    if num in (int(signal.SIGKILL), int(signal.SIGSTOP)) or not 0 < num < signal.NSIG:
+        raise SettingError(f"{name}={raw!r}: cannot be caught")
+    return num
+
+
 def _job_id(env: Mapping[str, str]) -> tuple[str, bool]:
     for name in ("HETOBS_JOB_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
         value = env.get(name, "").strip()
@@ -94,13 +117,15 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     return Settings(
         job_id=job_id,
         job_id_generated=generated,
-        dir=env.get("HETOBS_DIR", "") or os.path.join(tempfile.gettempdir(), "hetobs"),
+        dir=env.get("HETOBS_DIR", "") or os.path.join(tempfile.gettempdir(), f"hetobs-{os.getuid()}"),
         transport=_choice(env, "HETOBS_TRANSPORT", "auto", ("auto", "shm", "tcp")),
         secret=env.get("HETOBS_SECRET", ""),
         timeout=float(_number(env, "HETOBS_TIMEOUT", "600", float, 0.001)),
         connect_timeout=float(_number(env, "HETOBS_CONNECT_TIMEOUT", "60", float, 0.1)),
         records=int(_number(env, "HETOBS_RECORDS", "2048", int, 1)),
         hang_timeout=float(_number(env, "HETOBS_HANG_TIMEOUT", "300", float, 0.1)),
+        abort_on_hang=_choice(env, "HETOBS_ABORT_ON_HANG", "0", ("0", "1", "true", "false")) in ("1", "true"),
+        dump_signal=_signal(env, "HETOBS_DUMP_SIGNAL"),
         small_bytes=int(_number(env, "HETOBS_SMALL_BYTES", "65536", int, 0)),
         debug=_choice(env, "HETOBS_DEBUG", "WARN", ("error", "warn", "info", "debug")).upper(),
     )

@@ -5,7 +5,9 @@
 
 #include "hetobs/comm/communicator.h"
 #include "hetobs/comm/endpoint.h"
+#include "hetobs/common/clock.h"
 #include "hetobs/common/log.h"
+#include "hetobs/observe/runtime.h"
 #include "register.h"
 
 namespace py = pybind11;
@@ -110,7 +112,9 @@ void registerComm(py::module_& m) {
 
   py::class_<Endpoint, std::shared_ptr<Endpoint>>(m, "Endpoint")
       .def(py::init([](int rank, int size, const std::string& job, const std::string& secret,
-                       const std::string& transport, double timeout, double connectTimeout, size_t smallBytes) {
+                       const std::string& transport, double timeout, double connectTimeout, size_t smallBytes,
+                       const std::string& dir, double hangTimeout, bool abortOnHang, int dumpSignal,
+                       uint32_t records) {
              CommConfig cfg;
              cfg.rank = rank;
              cfg.size = size;
@@ -120,10 +124,16 @@ void registerComm(py::module_& m) {
              cfg.timeout_s = timeout;
              cfg.connect_timeout_s = connectTimeout;
              cfg.small_bytes = smallBytes;
+             cfg.dir = dir;
+             cfg.hang_timeout_s = hangTimeout;
+             cfg.abort_on_hang = abortOnHang;
+             cfg.dump_signal = dumpSignal;
+             cfg.records = records;
              return std::make_shared<Endpoint>(cfg);
            }),
            py::arg("rank"), py::arg("size"), py::arg("job_id"), py::arg("secret"), py::arg("transport"),
-           py::arg("timeout"), py::arg("connect_timeout"), py::arg("small_bytes"))
+           py::arg("timeout"), py::arg("connect_timeout"), py::arg("small_bytes"), py::arg("dir"),
+           py::arg("hang_timeout"), py::arg("abort_on_hang"), py::arg("dump_signal"), py::arg("records"))
       .def("card", [](const Endpoint& e) { return py::bytes(e.card().encode()); })
       .def_property_readonly("address", [](const Endpoint& e) { return py::make_tuple(e.card().ip, e.card().port); })
       .def("refused_connections", [](Endpoint& e) { return e.listener().refused(); })
@@ -151,6 +161,52 @@ void registerComm(py::module_& m) {
       py::arg("host"), py::arg("port"), py::arg("job_id"), py::arg("secret"), py::arg("timeout") = 2.0,
       "Authenticate to a rank's listener; raises hetobs.AuthError when refused.");
 
+  m.def(
+      "side_channel_request",
+      [](const std::string& ip, int port, const std::string& job, const std::string& secret, const std::string& request,
+         double timeout) {
+        py::gil_scoped_release nogil;
+        return sideChannelRequest(ip, port, job, secret, request, timeout);
+      },
+      py::arg("ip"), py::arg("port"), py::arg("job_id"), py::arg("secret"), py::arg("request"),
+      py::arg("timeout") = 2.0, "Send one request to a rank's side channel and return its reply.");
+  m.def(
+      "set_stack_dumper", [](int signal, int fd) {
+        Runtime* rt = Runtime::get();
+        if (rt) rt->setStackDumper(signal, fd);
+      },
+      "Dumps collect Python stacks by raising `signal` (faulthandler writes them into `fd`).");
+  m.def(
+      "mark_exit",
+      [](bool clean) {
+        py::gil_scoped_release nogil;
+        if (Runtime* rt = Runtime::get()) rt->markExit(clean);
+      },
+      py::arg("clean"));
+  m.def("runtime_info", []() -> py::object {
+    Runtime* rt = Runtime::get();
+    if (!rt) return py::none();
+    py::dict d;
+    d["job_dir"] = rt->jobDir().path();
+    d["stats_segment"] = rt->stats().path();
+    d["control_socket"] = rt->controlSocketPath();
+    d["rank"] = rt->config().rank;
+    return d;
+  });
+  m.def(
+      "dump_now",
+      [](const std::string& reason, const std::string& cause, bool askPeers) -> std::string {
+        Runtime* rt = Runtime::get();
+        if (!rt) throw py::value_error("hetobs.init() has not run in this process");
+        py::gil_scoped_release nogil;
+        DumpRequest req;
+        req.incident = "ondemand-" + std::to_string(wallNs() / 1000000) + "-r" + std::to_string(rt->config().rank);
+        req.reason = reason;
+        req.cause = cause;
+        req.ask_peers = askPeers;
+        return rt->dump(req);
+      },
+      py::arg("reason") = "on_demand", py::arg("cause") = "requested from Python", py::arg("ask_peers") = false);
   m.def("set_log_level", [](const std::string& level) {
     static const char* kNames[] = {"ERROR", "WARN", "INFO", "DEBUG"};
     for (int i = 0; i < 4; ++i)

@@ -1,6 +1,7 @@
 #include "hetobs/bootstrap/listener.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -35,6 +36,9 @@ Listener::~Listener() {
 }
 
 void Listener::loop() {
+  sigset_t all;  // keep signals (stack dumps, the dump signal) for the application's threads
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
   for (;;) {
     pollfd p[2] = {{fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
     int rc = poll(p, 2, -1);
@@ -60,6 +64,19 @@ void Listener::handle(int cfd) {
       close(cfd);
       return;
     }
+    if (h.purpose == Purpose::kControl) {
+      int64_t dl = monoNs() + kHandshakeNs;
+      std::string request = readBlob(cfd, 16384, dl, "side-channel request");
+      std::function<std::string(const std::string&)> handler;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        handler = control_;
+      }
+      writeBlob(cfd, handler ? handler(request) : std::string("error side channel not ready"), dl,
+                "side-channel reply");
+      close(cfd);
+      return;
+    }
     if (h.purpose != Purpose::kTransport) throw AuthError("unexpected handshake purpose");
     std::lock_guard<std::mutex> g(mu_);
     auto key = std::make_pair(h.comm_id, int(h.from_rank));
@@ -76,6 +93,11 @@ void Listener::handle(int cfd) {
     HETOBS_WARN("dropped a connection from %s during the handshake: %s", from.c_str(), e.what());
     close(cfd);
   }
+}
+
+void Listener::setControlHandler(std::function<std::string(const std::string&)> handler) {
+  std::lock_guard<std::mutex> g(mu_);
+  control_ = std::move(handler);
 }
 
 int Listener::take(uint64_t commId, int fromRank, int64_t deadlineNs) {

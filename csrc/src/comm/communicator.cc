@@ -4,6 +4,7 @@
 
 #include "hetobs/collectives/algorithm.h"
 #include "hetobs/comm/endpoint.h"
+#include "hetobs/observe/runtime.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
@@ -39,7 +40,96 @@ Communicator::~Communicator() {
 const CommConfig& Communicator::config() const { return endpoint_->config(); }
 size_t Communicator::smallBytes() const { return endpoint_->config().small_bytes; }
 
-void Communicator::connect() { buildChannels(); }
+void Communicator::connect() {
+  buildChannels();
+  Runtime* rt = Runtime::get();
+  cstats_ = rt ? rt->stats().allocComm() : nullptr;
+  if (!cstats_) {
+    ownStats_ = std::make_unique<stats::CommStats>();
+    cstats_ = ownStats_.get();
+  }
+  cstats_->comm_id = id_;
+  cstats_->size = size();
+  cstats_->rank = rank_;
+  for (auto& ch : channels_)
+    if (ch) ch->bindStats(rt ? rt->stats().allocLink() : nullptr, id_);
+  if (rt) rt->registerComm(shared_from_this());
+}
+
+void Communicator::statsBegin(uint64_t rid, const OpDesc& d, int64_t startMono) {
+  inflightStart_.store(startMono, std::memory_order_relaxed);
+  inflightRecord_.store(rid + 1, std::memory_order_release);
+  stats::CommStats* c = cstats_;
+  uint64_t v = __atomic_load_n(&c->version, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->version, v + 1, __ATOMIC_RELAXED);
+  std::atomic_thread_fence(std::memory_order_release);
+  if (isP2P(d.op)) c->p2p_seq = p2pSeq_;
+  else c->coll_seq = d.seq;
+  c->inflight_record = rid + 1;
+  c->inflight_start_ns = monoToWallNs(startMono);
+  c->inflight_op = uint32_t(d.op);
+  __atomic_store_n(&c->version, v + 2, __ATOMIC_RELEASE);
+}
+
+void Communicator::statsEnd(const OpDesc& d, uint64_t bytes, int64_t durNs, bool ok) {
+  inflightRecord_.store(0, std::memory_order_release);
+  stats::CommStats* c = cstats_;
+  uint64_t v = __atomic_load_n(&c->version, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->version, v + 1, __ATOMIC_RELAXED);
+  std::atomic_thread_fence(std::memory_order_release);
+  stats::OpKindStats& k = c->ops[uint8_t(d.op) % stats::kOpKinds];
+  k.calls++;
+  k.bytes += bytes;
+  k.total_ns += uint64_t(durNs > 0 ? durNs : 0);
+  if (!ok) {
+    k.errors++;
+    c->failed = 1;
+  }
+  // Bucket b: duration < 2^b microseconds.
+  uint64_t us = uint64_t(durNs > 0 ? durNs : 0) / 1000;
+  uint32_t b = 0;
+  while (b + 1 < stats::kLatencyBuckets && (1ull << b) <= us) ++b;
+  k.latency[b]++;
+  c->inflight_record = 0;
+  __atomic_store_n(&c->version, v + 2, __ATOMIC_RELEASE);
+  if (Runtime* rt = Runtime::get()) rt->noteProgress();
+}
+
+bool Communicator::inFlight(InFlight* out) const {
+  uint64_t r = inflightRecord_.load(std::memory_order_acquire);
+  if (r == 0) return false;
+  out->record_id = r - 1;
+  out->start_ns = inflightStart_.load(std::memory_order_relaxed);
+  out->last_progress_ns = out->start_ns;
+  out->waiting_on.clear();
+  for (const auto& ch : channels_) {
+    if (!ch) continue;
+    auto& p = const_cast<Channel&>(*ch).progress();
+    int64_t t = p.last_change_ns.load(std::memory_order_relaxed);
+    if (t > out->last_progress_ns) out->last_progress_ns = t;
+    bool waiting = p.recv_posted.load() > p.recv_done.load() || p.send_posted.load() > p.send_done.load();
+    if (waiting) out->waiting_on += (out->waiting_on.empty() ? "" : ", ") + ch->peer().describe();
+  }
+  return true;
+}
+
+void Communicator::requestAbort(const std::string& why) {
+  abortWhy_ = why;
+  abortRequested_.store(true, std::memory_order_release);
+}
+
+void Communicator::reportFailure(const std::string& msg, uint64_t seq) {
+  Runtime* rt = Runtime::get();
+  if (!rt) return;
+  DumpRequest req;
+  req.incident = strFormat("error-c%llu-%s%llu", (unsigned long long)id_, isP2P(desc_.op) ? "p" : "s",
+                           (unsigned long long)seq);
+  if (isP2P(desc_.op)) req.incident += "-r" + std::to_string(global_[size_t(rank_)]);
+  req.reason = "error";
+  req.cause = msg;
+  req.ask_peers = true;
+  rt->dump(req);
+}
 
 uint8_t* Communicator::scratch(size_t bytes) {
   if (scratch_.size() < bytes) scratch_.resize(bytes);
@@ -150,6 +240,7 @@ void Communicator::execute(const OpArgs& a, int64_t enqueueNs) {
   uint64_t rid = recorder.begin(rec);
   for (auto& ch : channels_)
     if (ch) ch->progress().reset();
+  statsBegin(rid, d, start);
   opStartNs_ = start;
   deadlineNs_ = start + int64_t(timeout * 1e9);
   try {
@@ -162,10 +253,14 @@ void Communicator::execute(const OpArgs& a, int64_t enqueueNs) {
     } catch (const std::exception& e) {
       what = e.what();
     }
-    recorder.markFinished(rid, monoNs(), false, what.c_str());
+    int64_t end = monoNs();
+    recorder.markFinished(rid, end, false, what.c_str());
+    statsEnd(d, rec.bytes, end - start, false);
     handleFailure(ep);
   }
-  recorder.markFinished(rid, monoNs(), true, nullptr);
+  int64_t end = monoNs();
+  recorder.markFinished(rid, end, true, nullptr);
+  statsEnd(d, rec.bytes, end - start, true);
 }
 
 std::shared_ptr<Communicator> Communicator::split(int color, int key) {

@@ -10,6 +10,7 @@
 #include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
 #include "hetobs/common/net.h"
+#include "hetobs/observe/runtime.h"
 
 namespace hetobs {
 
@@ -32,7 +33,19 @@ Endpoint::Endpoint(CommConfig cfg) : cfg_(std::move(cfg)) {
       HETOBS_WARN("HETOBS_SECRET is not set: connections are checked against the job id but not authenticated");
   }
   setLogPrefix("rank " + std::to_string(cfg_.rank));
+  RuntimeConfig rc;
+  rc.job = cfg_.job_id;
+  rc.dir = cfg_.dir;
+  rc.secret = cfg_.secret;
+  rc.rank = cfg_.rank;
+  rc.world_size = cfg_.size;
+  rc.hang_timeout_s = cfg_.hang_timeout_s;
+  rc.abort_on_hang = cfg_.abort_on_hang;
+  rc.dump_signal = cfg_.dump_signal;
+  rc.records = cfg_.records;
+  Runtime& runtime = Runtime::init(rc);
   listener_ = std::make_unique<Listener>(cred_, "0.0.0.0");
+  listener_->setControlHandler([&runtime](const std::string& req) { return runtime.handleControl(req); });
   card_.rank = cfg_.rank;
   card_.pid = int(getpid());
   card_.host_key = localHostKey();
@@ -63,6 +76,7 @@ std::shared_ptr<Communicator> Endpoint::connect(const std::vector<std::string>& 
   }
   std::vector<int> world(size_t(cfg_.size));
   for (int r = 0; r < cfg_.size; ++r) world[size_t(r)] = r;
+  if (Runtime* rt = Runtime::get()) rt->setWorld(cards_);
   auto comm = std::make_shared<Communicator>(shared_from_this(), 0, world, cfg_.rank);
   comm->connect();
   return comm;

@@ -100,6 +100,8 @@ void Communicator::exchange(SendItem* sends, size_t ns, RecvItem* recvs, size_t 
       nextControl = now + kControlNs;
     }
     if (now >= deadlineNs_) timeoutError(sends, ns, recvs, nr);
+    if (abortRequested_.load(std::memory_order_acquire))
+      throw TimeoutError("aborted by the watchdog (HETOBS_ABORT_ON_HANG=1): " + abortWhy_);
     int64_t idle = now - lastMove;
     // Over TCP the kernel moves the bytes: sleeping in poll() at once leaves it the core.
     int64_t spin = anyShm_ ? kSpinNs : kTcpSpinNs;
@@ -234,6 +236,7 @@ void Communicator::handleFailure(std::exception_ptr ep) {
     failed_.store(true);
     abortPeers(n);
     HETOBS_WARN("%s", msg.c_str());
+    reportFailure(msg, desc_.seq);
     throw TimeoutError(msg);
   } catch (const PeerError& e) {
     n.kind = AbortKind::kPeer;
@@ -248,6 +251,7 @@ void Communicator::handleFailure(std::exception_ptr ep) {
   failed_.store(true);
   abortPeers(n);
   HETOBS_WARN("%s", msg.c_str());
+  reportFailure(msg, desc_.seq);
   throw PeerError(msg);
 }
 
@@ -346,6 +350,7 @@ void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, c
   }
   cause_ = msg;
   HETOBS_WARN("%s", msg.c_str());
+  reportFailure(msg, seq);
   throw MismatchError(msg);
 }
 

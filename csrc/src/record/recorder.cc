@@ -54,11 +54,34 @@ void Recorder::configure(size_t capacity) {
   slots_ = static_cast<OpRecord*>(p);
   for (size_t i = 0; i < capacity; ++i) new (&slots_[i]) OpRecord();
   capacity_ = capacity;
-  next_.store(0);
+  next_ = &ownNext_;
+  next_->store(0);
+}
+
+void Recorder::attach(OpRecord* slots, size_t capacity, std::atomic<uint64_t>* next) {
+  for (size_t i = 0; i < capacity; ++i) new (&slots[i]) OpRecord();
+  slots_ = slots;
+  capacity_ = capacity;
+  next_ = next;
+  next_->store(0);
+}
+
+bool Recorder::get(uint64_t id, OpRecord* out) const {
+  const OpRecord* s = slotFor(id);
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    uint64_t v1 = __atomic_load_n(&s->version, __ATOMIC_ACQUIRE);
+    if (v1 & 1) continue;
+    memcpy(reinterpret_cast<char*>(out) + sizeof(out->version), reinterpret_cast<const char*>(s) + sizeof(s->version),
+           sizeof(OpRecord) - sizeof(s->version));
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (__atomic_load_n(&s->version, __ATOMIC_RELAXED) != v1) continue;
+    return out->record_id == id;
+  }
+  return false;
 }
 
 uint64_t Recorder::begin(const OpRecord& init) {
-  uint64_t id = next_.fetch_add(1, std::memory_order_relaxed);
+  uint64_t id = next_->fetch_add(1, std::memory_order_relaxed);
   OpRecord* s = slotFor(id);
   uint64_t v = __atomic_load_n(&s->version, __ATOMIC_RELAXED);
   __atomic_store_n(&s->version, v | 1, __ATOMIC_RELAXED);
@@ -107,7 +130,7 @@ void Recorder::markFinished(uint64_t id, int64_t t_ns, bool ok, const char* erro
 
 std::vector<OpRecord> Recorder::snapshot() const {
   std::vector<OpRecord> out;
-  uint64_t end = next_.load(std::memory_order_acquire);
+  uint64_t end = next_->load(std::memory_order_acquire);
   uint64_t begin = end > capacity_ ? end - capacity_ : 0;
   out.reserve(size_t(end - begin));
   for (uint64_t id = begin; id < end; ++id) {

@@ -13,7 +13,7 @@
 
 namespace hetobs {
 
-enum class Purpose : uint32_t { kRendezvous = 1, kTransport = 2, kProbe = 3 };
+enum class Purpose : uint32_t { kRendezvous = 1, kTransport = 2, kProbe = 3, kControl = 4 };
 
 struct Hello {
   Purpose purpose = Purpose::kTransport;

@@ -3,6 +3,8 @@
 // (a stranger is refused and logged, and cannot disturb the job) and parks good
 // connections until the communicator that expects them takes them.
 #include <condition_variable>
+#include <functional>
+#include <string>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -25,6 +27,8 @@ class Listener {
   // Wait for the authenticated connection from `fromRank` of communicator `commId`.
   int take(uint64_t commId, int fromRank, int64_t deadlineNs);
   uint64_t refused() const { return refused_; }
+  // Side-channel requests (Purpose::kControl) are answered by this function.
+  void setControlHandler(std::function<std::string(const std::string&)> handler);
 
  private:
   void loop();
@@ -39,6 +43,7 @@ class Listener {
   std::condition_variable cv_;
   std::map<std::pair<uint64_t, int>, int> parked_;
   uint64_t refused_ = 0;
+  std::function<std::string(const std::string&)> control_;
 };
 
 }  // namespace hetobs

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "hetobs/comm/config.h"
+#include "hetobs/common/json.h"
+#include "hetobs/stats/layout.h"
 #include "hetobs/comm/work.h"
 #include "hetobs/common/wire.h"
 #include "hetobs/transport/channel.h"
@@ -78,6 +80,19 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<LinkInfo> links() const;
   void close();
 
+  // ---- for the watchdog and dumps, from any thread ----
+  struct InFlight {
+    uint64_t record_id;
+    int64_t start_ns;          // monotonic
+    int64_t last_progress_ns;  // monotonic: op start or the latest per-peer change
+    std::string waiting_on;    // "rank 2 (host h, pid p)", peers with unfinished messages
+  };
+  bool inFlight(InFlight* out) const;
+  // Make the running op fail (HETOBS_ABORT_ON_HANG); it notices within one wait.
+  void requestAbort(const std::string& why);
+  void writeState(JsonWriter& w, int64_t nowMono) const;     // dump "comms" entry
+  void writeMetadata(JsonWriter& w) const;                    // rank file "comms" entry
+
   // ---- for algorithms, on the thread running the op ----
   // Post the items and drive the channels until all are done. Items to the same peer
   // in the same direction complete in order.
@@ -121,6 +136,18 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   int64_t opStartNs_ = 0;   // when it started
   int64_t deadlineNs_ = 0;  // its deadline
   std::vector<uint8_t> scratch_;
+
+  // Live stats in the rank's segment (private memory when the segment is full).
+  stats::CommStats* cstats_ = nullptr;
+  std::unique_ptr<stats::CommStats> ownStats_;
+  void statsBegin(uint64_t rid, const OpDesc& d, int64_t startMono);
+  void statsEnd(const OpDesc& d, uint64_t bytes, int64_t durNs, bool ok);
+  void reportFailure(const std::string& msg, uint64_t seq);  // error dump + ask peers, before the throw
+
+  std::atomic<bool> abortRequested_{false};
+  std::string abortWhy_;
+  std::atomic<uint64_t> inflightRecord_{0};  // record id + 1 while an op runs
+  std::atomic<int64_t> inflightStart_{0};
 
   std::atomic<bool> failed_{false};
   std::string cause_;  // set once when failed_ flips; read after

@@ -19,6 +19,12 @@ struct CommConfig {
   double connect_timeout_s = 60.0;   // rendezvous and connections
   size_t small_bytes = 65536;        // all_reduce latency path threshold
   size_t shm_ring_bytes = 4 << 20;   // per incoming ring, shrunk for many local peers
+  // Observation (the watchdog issue): where dumps go and when the watchdog fires.
+  std::string dir = "/tmp/hetobs";
+  double hang_timeout_s = 300.0;
+  bool abort_on_hang = false;
+  int dump_signal = 0;
+  uint32_t records = 2048;
 };
 
 TransportChoice parseTransport(const std::string& s);  // throws Error naming the value

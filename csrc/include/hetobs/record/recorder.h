@@ -19,6 +19,8 @@ class Recorder {
 
   // Resize (drops existing records). Call before the first op; not thread-safe with writers.
   void configure(size_t capacity);
+  // Use external storage (the stats segment) for the ring and its end counter.
+  void attach(OpRecord* slots, size_t capacity, std::atomic<uint64_t>* next);
   size_t capacity() const { return capacity_; }
 
   // Claim a slot and fill it from `init` (state, times...). Returns the record id.
@@ -28,7 +30,9 @@ class Recorder {
   void markFinished(uint64_t id, int64_t t_ns, bool ok, const char* error);
   // Oldest-first consistent copy of the live records.
   std::vector<OpRecord> snapshot() const;
-  uint64_t nextId() const { return next_.load(std::memory_order_relaxed); }
+  uint64_t nextId() const { return next_->load(std::memory_order_relaxed); }
+  // The record with this id, if still in the ring (consistent copy).
+  bool get(uint64_t id, OpRecord* out) const;
 
  private:
   Recorder();
@@ -37,7 +41,8 @@ class Recorder {
 
   OpRecord* slots_ = nullptr;
   size_t capacity_ = 0;
-  std::atomic<uint64_t> next_{0};
+  std::atomic<uint64_t> ownNext_{0};
+  std::atomic<uint64_t>* next_ = &ownNext_;
   std::vector<unsigned char> storage_;
 };
 

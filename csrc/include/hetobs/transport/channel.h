@@ -13,6 +13,7 @@
 #include "hetobs/common/error.h"
 #include "hetobs/common/wire.h"
 #include "hetobs/record/progress.h"
+#include "hetobs/stats/layout.h"
 
 namespace hetobs {
 
@@ -101,14 +102,16 @@ class Channel {
   virtual const char* kind() const = 0;  // "tcp" / "shm"
 
   const PeerInfo& peer() const { return peer_; }
-  PeerProgress& progress() { return progress_; }
-  LinkCounters& counters() { return counters_; }
+  PeerProgress& progress() { return stats_->progress; }
+  LinkCounters& counters() { return stats_->counters; }
+  // Move the counters into the rank's stats segment (before the first op); nullptr keeps them private.
+  void bindStats(stats::LinkStats* slot, uint64_t commId);
 
  protected:
-  explicit Channel(PeerInfo peer) : peer_(std::move(peer)) {}
+  explicit Channel(PeerInfo peer);
   PeerInfo peer_;
-  PeerProgress progress_;
-  LinkCounters counters_;
+  std::unique_ptr<stats::LinkStats> ownStats_;
+  stats::LinkStats* stats_;
 };
 
 }  // namespace hetobs

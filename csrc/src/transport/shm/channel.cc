@@ -61,7 +61,9 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
   if (item.done) return true;
   if (!item.started) {
     item.started = true;
-    PeerProgress::bump(progress_.send_posted);
+    // Acks count frames over the link's life; the op's progress counts from here.
+    if (progress().send_posted.load(std::memory_order_relaxed) == 0) sentBase_ = framesSent_;
+    PeerProgress::bump(progress().send_posted);
   }
   bool moved = false;
   while (!(item.offset == item.len && item.frames > 0)) {
@@ -89,19 +91,20 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
     item.frames++;
     framesSent_++;
     moved = true;
-    LinkCounters::add(counters_.bytes_sent, piece);
-    LinkCounters::add(counters_.frames_sent, 1);
-    PeerProgress::bump(progress_.send_sent);
+    LinkCounters::add(counters().bytes_sent, piece);
+    LinkCounters::add(counters().frames_sent, 1);
+    PeerProgress::bump(progress().send_sent);
   }
-  progress_.send_acked.store(out_->consumed_frames.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  uint64_t consumed = out_->consumed_frames.load(std::memory_order_relaxed);
+  progress().send_acked.store(consumed > sentBase_ ? consumed - sentBase_ : 0, std::memory_order_relaxed);
   if (moved) {
     int64_t now = monoNs();
-    progress_.last_change_ns.store(now, std::memory_order_relaxed);
-    counters_.last_activity_ns.store(now, std::memory_order_relaxed);
+    progress().last_change_ns.store(now, std::memory_order_relaxed);
+    counters().last_activity_ns.store(now, std::memory_order_relaxed);
   }
   if (item.offset == item.len && item.frames > 0) {
     item.done = true;
-    PeerProgress::bump(progress_.send_done);
+    PeerProgress::bump(progress().send_done);
     return true;
   }
   if (closed_) throwClosed("while this rank was sending");
@@ -112,7 +115,7 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
   if (item.done) return true;
   if (!item.started) {
     item.started = true;
-    PeerProgress::bump(progress_.recv_posted);
+    PeerProgress::bump(progress().recv_posted);
   }
   bool moved = false;
   while (!item.done) {
@@ -150,18 +153,18 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
     item.offset += len;
     item.frames++;
     moved = true;
-    LinkCounters::add(counters_.bytes_recv, len);
-    LinkCounters::add(counters_.frames_recv, 1);
-    PeerProgress::bump(progress_.recv_received);
+    LinkCounters::add(counters().bytes_recv, len);
+    LinkCounters::add(counters().frames_recv, 1);
+    PeerProgress::bump(progress().recv_received);
     if (item.offset == item.len) {
       item.done = true;
-      PeerProgress::bump(progress_.recv_done);
+      PeerProgress::bump(progress().recv_done);
     }
   }
   if (moved) {
     int64_t now = monoNs();
-    progress_.last_change_ns.store(now, std::memory_order_relaxed);
-    counters_.last_activity_ns.store(now, std::memory_order_relaxed);
+    progress().last_change_ns.store(now, std::memory_order_relaxed);
+    counters().last_activity_ns.store(now, std::memory_order_relaxed);
   }
   if (item.done) return true;
   if (closed_ && in_->head.load(std::memory_order_acquire) == tail_) throwClosed("while this rank was receiving from it");

@@ -79,7 +79,9 @@ bool TcpChannel::progressSend(SendItem& item, const OpDesc& desc) {
   if (item.done) return true;
   if (!item.started) {
     item.started = true;
-    PeerProgress::bump(progress_.send_posted);
+    // Acks count frames over the link's life; the op's progress counts from here.
+    if (progress().send_posted.load(std::memory_order_relaxed) == 0) sentBase_ = framesSent_;
+    PeerProgress::bump(progress().send_posted);
   }
   if (closed_) throwClosed("while this rank was sending");
   bool moved = false;
@@ -119,23 +121,23 @@ bool TcpChannel::progressSend(SendItem& item, const OpDesc& desc) {
     size_t before = frameOff_ > sizeof shdr_ ? frameOff_ - sizeof shdr_ : 0;
     frameOff_ += size_t(n);
     size_t after = frameOff_ > sizeof shdr_ ? frameOff_ - sizeof shdr_ : 0;
-    LinkCounters::add(counters_.bytes_sent, after - before);
+    LinkCounters::add(counters().bytes_sent, after - before);
     moved = true;
     if (frameOff_ == sizeof shdr_ + shdr_.bytes) {
       inFrame_ = false;
       item.offset += shdr_.bytes;
       item.frames++;
       framesSent_++;
-      LinkCounters::add(counters_.frames_sent, 1);
-      PeerProgress::bump(progress_.send_sent);
+      LinkCounters::add(counters().frames_sent, 1);
+      PeerProgress::bump(progress().send_sent);
     }
   }
   (void)moved;
   item.done = true;
-  PeerProgress::bump(progress_.send_done);
+  PeerProgress::bump(progress().send_done);
   int64_t now = monoNs();
-  progress_.last_change_ns.store(now, std::memory_order_relaxed);
-  counters_.last_activity_ns.store(now, std::memory_order_relaxed);
+  progress().last_change_ns.store(now, std::memory_order_relaxed);
+  counters().last_activity_ns.store(now, std::memory_order_relaxed);
   return true;
 }
 
@@ -163,7 +165,7 @@ bool TcpChannel::readHeader() {
                                 rhdr_.magic));
     switch (FrameKind(rhdr_.kind)) {
       case FrameKind::kAck:
-        progress_.send_acked.store(rhdr_.chunk, std::memory_order_relaxed);
+        progress().send_acked.store(rhdr_.chunk > sentBase_ ? rhdr_.chunk - sentBase_ : 0, std::memory_order_relaxed);
         continue;
       case FrameKind::kAbort: {
         size_t len = std::min<size_t>(rhdr_.bytes, kMaxAbortBody);
@@ -216,7 +218,7 @@ bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
   if (item.done) return true;
   if (!item.started) {
     item.started = true;
-    PeerProgress::bump(progress_.recv_posted);
+    PeerProgress::bump(progress().recv_posted);
   }
   for (;;) {
     if (!haveHdr_) {
@@ -243,7 +245,7 @@ bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
         throwIo("receiving data", errno);
       }
       rpayOff_ += size_t(n);
-      LinkCounters::add(counters_.bytes_recv, size_t(n));
+      LinkCounters::add(counters().bytes_recv, size_t(n));
     }
     if (item.mode == RecvMode::kReduce) {
       size_t es = dtypeSize(item.dtype);
@@ -254,14 +256,14 @@ bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
     item.frames++;
     haveHdr_ = false;
     framesRecv_++;
-    LinkCounters::add(counters_.frames_recv, 1);
-    PeerProgress::bump(progress_.recv_received);
+    LinkCounters::add(counters().frames_recv, 1);
+    PeerProgress::bump(progress().recv_received);
     int64_t now = monoNs();
-    progress_.last_change_ns.store(now, std::memory_order_relaxed);
-    counters_.last_activity_ns.store(now, std::memory_order_relaxed);
+    progress().last_change_ns.store(now, std::memory_order_relaxed);
+    counters().last_activity_ns.store(now, std::memory_order_relaxed);
     if (item.offset == item.len) {
       item.done = true;
-      PeerProgress::bump(progress_.recv_done);
+      PeerProgress::bump(progress().recv_done);
       ackOwed_ = true;
       flushAck();
       return true;
@@ -274,9 +276,9 @@ bool TcpChannel::pollControl() {
   if (ackOwed_ || ackOff_) changed |= flushAck();
   if (discarding_ && haveHdr_ && !skipPayload()) return changed;
   if (!haveHdr_ && !closed_) {
-    uint64_t acked = progress_.send_acked.load(std::memory_order_relaxed);
+    uint64_t acked = progress().send_acked.load(std::memory_order_relaxed);
     if (readHeader()) changed = true;
-    changed |= acked != progress_.send_acked.load(std::memory_order_relaxed);
+    changed |= acked != progress().send_acked.load(std::memory_order_relaxed);
     if (closed_) changed = true;
   }
   return changed;

@@ -45,6 +45,7 @@ class TcpChannel : public Channel {
   bool inFrame_ = false;
   size_t frameOff_ = 0;  // bytes of header+payload written
   uint64_t framesSent_ = 0;
+  uint64_t sentBase_ = 0;  // framesSent_ when the current op started sending
   // acks owed to the peer (cumulative frames received)
   bool ackOwed_ = false;
   FrameHeader ahdr_{};

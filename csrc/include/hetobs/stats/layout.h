@@ -1,0 +1,85 @@
+#pragma once
+// The live stats segment: one shared-memory file per rank in node-local memory
+// (/dev/shm/hetobs-stats-<job>-r<rank>), mode 0600. Another process (an exporter,
+// `hetobs top`, a diagnosis of a hung job) maps it read-only and reads it while the
+// rank runs, hangs or is stopped. hetobs/stats.py reads the same layout.
+//
+// Layout version 1 (all little-endian, offsets in the header):
+//   [StatsHeader, 4096 B]
+//   [CommStats x comm_capacity]     one per communicator, fixed capacity
+//   [LinkStats x link_capacity]     one per (communicator, peer)
+//   [OpRecord  x record_capacity]   the recorder's ring (record/op_record.h)
+//
+// Consistency without locking the writer: every CommStats and OpRecord carries a
+// seqlock `version` (odd while written; read, copy, re-read, retry on change).
+// Counters in LinkStats are single 64-bit atomics, read individually.
+// A reader must check magic, version and sizes, and that pid + process_start_ticks
+// still name a live process (else the segment is stale: the rank died).
+#include <atomic>
+#include <cstdint>
+
+#include "hetobs/record/op_record.h"
+#include "hetobs/record/progress.h"
+
+namespace hetobs {
+namespace stats {
+
+constexpr char kMagic[8] = {'H', 'T', 'B', 'S', 'T', 'A', 'T', 'S'};
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kHeaderBytes = 4096;
+constexpr uint32_t kOpKinds = 9;        // OpKind::kCount
+constexpr uint32_t kLatencyBuckets = 24;  // bucket b counts ops with duration < 2^b microseconds (last: the rest)
+
+enum class RankState : uint32_t { kRunning = 0, kExitedCleanly = 1 };
+
+struct StatsHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;
+  uint32_t comm_capacity, comm_bytes;
+  uint32_t link_capacity, link_bytes;
+  uint32_t record_capacity, record_bytes;
+  uint64_t comms_offset, links_offset, records_offset, total_bytes;
+  int32_t pid, rank, world_size, reserved0;
+  uint64_t process_start_ticks;  // /proc/self/stat field 22: tells a reused pid apart
+  char job[64];
+  char host[64];
+  double hang_timeout_s;
+  std::atomic<int64_t> heartbeat_ns;      // wall clock, bumped by the watchdog each tick
+  std::atomic<int64_t> last_progress_ns;  // wall clock of the last finished op or progress step
+  std::atomic<uint64_t> hangs_detected;
+  std::atomic<uint64_t> dumps_written;
+  std::atomic<uint64_t> records_next;     // next record id (ring end); slot = id % capacity
+  std::atomic<uint32_t> state;            // RankState
+  std::atomic<uint32_t> comms_used;
+  std::atomic<uint32_t> links_used;
+};
+static_assert(sizeof(StatsHeader) <= kHeaderBytes, "stats header fits its page");
+
+struct OpKindStats {
+  uint64_t calls, bytes, errors, total_ns;
+  uint64_t latency[kLatencyBuckets];
+};
+
+struct CommStats {
+  uint64_t version;  // seqlock (__atomic builtins)
+  uint64_t comm_id;
+  int32_t size, rank;
+  uint64_t coll_seq, p2p_seq;     // last issued
+  uint64_t inflight_record;       // record id + 1 of the running op, 0 when idle
+  int64_t inflight_start_ns;      // wall clock
+  uint32_t inflight_op;           // OpKind
+  uint32_t failed;
+  OpKindStats ops[kOpKinds];
+};
+
+struct LinkStats {
+  uint64_t comm_id;
+  int32_t peer, global_peer;
+  char transport[8];
+  LinkCounters counters;
+  PeerProgress progress;
+};
+
+}  // namespace stats
+}  // namespace hetobs

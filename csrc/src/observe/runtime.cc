@@ -1,0 +1,221 @@
+#include "hetobs/observe/runtime.h"
+
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "hetobs/comm/communicator.h"
+#include "hetobs/common/clock.h"
+#include "hetobs/common/error.h"
+#include "hetobs/common/hmac.h"
+#include "hetobs/common/json.h"
+#include "hetobs/common/log.h"
+#include "hetobs/record/recorder.h"
+
+namespace hetobs {
+namespace {
+
+std::atomic<Runtime*> gRuntime{nullptr};
+std::mutex gInitMu;
+
+// HETOBS_DUMP_SIGNAL: async-signal-safe handler that wakes the watchdog, then chains.
+int gSignalWakeFd = -1;
+struct sigaction gPrevAction;
+void onDumpSignal(int sig, siginfo_t* info, void* ctx) {
+  int saved = errno;
+  uint64_t one = 1;
+  if (gSignalWakeFd >= 0) {
+    ssize_t rc = write(gSignalWakeFd, &one, sizeof one);
+    (void)rc;
+  }
+  errno = saved;
+  if (gPrevAction.sa_flags & SA_SIGINFO) {
+    if (gPrevAction.sa_sigaction) gPrevAction.sa_sigaction(sig, info, ctx);
+  } else if (gPrevAction.sa_handler != SIG_DFL && gPrevAction.sa_handler != SIG_IGN && gPrevAction.sa_handler) {
+    gPrevAction.sa_handler(sig);
+  }
+}
+
+}  // namespace
+
+Runtime* Runtime::get() { return gRuntime.load(std::memory_order_acquire); }
+
+Runtime& Runtime::init(const RuntimeConfig& cfg) {
+  std::lock_guard<std::mutex> g(gInitMu);
+  if (Runtime* r = gRuntime.load()) return *r;
+  // Leaked on purpose: ops and the watchdog may run until the very end of the process.
+  auto* r = new Runtime(cfg);
+  gRuntime.store(r, std::memory_order_release);
+  return *r;
+}
+
+Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg), jobDir_(cfg.dir, cfg.job) {
+  startWallNs_ = wallNs();
+  host_ = localHostname();
+  stats::SegmentConfig sc;
+  sc.job = cfg.job;
+  sc.rank = cfg.rank;
+  sc.world_size = cfg.world_size;
+  sc.host = host_;
+  sc.hang_timeout_s = cfg.hang_timeout_s;
+  sc.record_capacity = cfg.records ? cfg.records : 1;
+  stats_ = stats::Segment::create(sc);
+  Recorder::instance().attach(stats_->records(), sc.record_capacity, &stats_->header()->records_next);
+  try {
+    jobDir_.ensure();
+  } catch (const Error& e) {
+    HETOBS_WARN("job directory unusable, dumps will fail: %s", e.what());
+  }
+  wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (cfg.dump_signal > 0) {
+    gSignalWakeFd = wakeFd_;
+    struct sigaction sa {};
+    sa.sa_sigaction = onDumpSignal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(cfg.dump_signal, &sa, &gPrevAction) != 0)
+      HETOBS_WARN("cannot install HETOBS_DUMP_SIGNAL=%d: %s", cfg.dump_signal, errnoString(errno).c_str());
+  }
+  startUnixSocket();
+  watchdog_ = std::thread([this] { watchdogLoop(); });
+  watchdog_.detach();
+}
+
+void Runtime::setWorld(const std::vector<Card>& cards) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    world_ = cards;
+  }
+  writeMetadata();
+}
+
+void Runtime::registerComm(const std::shared_ptr<Communicator>& comm) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    comms_.push_back(comm);
+  }
+  if (!world_.empty()) writeMetadata();
+}
+
+std::vector<std::shared_ptr<Communicator>> Runtime::comms() {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<std::shared_ptr<Communicator>> out;
+  for (auto it = comms_.begin(); it != comms_.end();) {
+    if (auto c = it->lock()) {
+      out.push_back(c);
+      ++it;
+    } else {
+      it = comms_.erase(it);
+    }
+  }
+  return out;
+}
+
+void Runtime::setStackDumper(int signal, int fd) {
+  std::lock_guard<std::mutex> g(dumpMu_);
+  stackSignal_ = signal;
+  stackFd_ = fd;
+}
+
+void Runtime::noteProgress() { stats_->header()->last_progress_ns.store(wallNs(), std::memory_order_relaxed); }
+
+void Runtime::writeMetadata() {
+  JsonWriter w;
+  std::vector<Card> world;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    world = world_;
+  }
+  const Card* me = size_t(cfg_.rank) < world.size() ? &world[size_t(cfg_.rank)] : nullptr;
+  w.beginObject();
+  w.field("schema", "hetobs.rank").field("version", "1.0");
+  w.field("job", cfg_.job).field("rank", cfg_.rank).field("world_size", cfg_.world_size);
+  w.field("host", host_).field("host_key", localHostKey()).field("pid", int(getpid()));
+  w.field("process_start_time", stats_->header()->process_start_ticks);
+  w.field("start_time_ns", startWallNs_);
+  w.key("side_channel").beginObject();
+  w.field("ip", me ? me->ip : std::string("127.0.0.1")).field("port", me ? me->port : 0);
+  w.endObject();
+  w.field("control_socket", unixPath_);
+  w.field("stats_segment", stats_->path());
+  w.field("hang_timeout_s", cfg_.hang_timeout_s);
+  w.key("comms").beginArray();
+  for (auto& c : comms()) c->writeMetadata(w);
+  w.endArray();
+  w.key("peers").beginArray();  // every world rank's side channel, for `hetobs dump` and peers
+  for (const Card& c : world) {
+    w.beginObject().field("rank", c.rank).field("host", c.hostname).field("ip", c.ip).field("port", c.port);
+    w.field("pid", c.pid).endObject();
+  }
+  w.endArray();
+  bool exited = exited_.load();
+  w.field("exited_cleanly", exited && cleanExit_);
+  if (exited) w.field("exit_time_ns", wallNs());
+  else w.nullField("exit_time_ns");
+  w.endObject();
+  try {
+    jobDir_.writeRankMetadata(cfg_.rank, w.str());
+  } catch (const Error& e) {
+    HETOBS_WARN("cannot write rank metadata: %s", e.what());
+  }
+}
+
+void Runtime::markExit(bool clean) {
+  if (exited_.exchange(true)) return;
+  cleanExit_ = clean;
+  writeMetadata();
+  stats_->markExited();
+  if (!unixPath_.empty()) unlink(unixPath_.c_str());
+}
+
+std::string Runtime::newIncidentId(const char* kind) const {
+  uint8_t r[2];
+  randomBytes(r, sizeof r);
+  return strFormat("%s-%lld-%02x%02x", kind, (long long)(wallNs() / 1000000), r[0], r[1]);
+}
+
+void Runtime::enqueue(DumpRequest req) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    queue_.push_back(std::move(req));
+  }
+  cv_.notify_all();
+  uint64_t one = 1;
+  ssize_t rc = write(wakeFd_, &one, sizeof one);
+  (void)rc;
+}
+
+std::string Runtime::handleControl(const std::string& request) {
+  // "dump\n<incident>\n<reason>\n<from rank>\n<cause>" or "ping".
+  if (request == "ping") return strFormat("pong %d %d", cfg_.rank, int(getpid()));
+  if (request.compare(0, 5, "dump\n") == 0) {
+    std::vector<std::string> parts;
+    size_t start = 5;
+    for (int i = 0; i < 3; ++i) {
+      size_t nl = request.find('\n', start);
+      if (nl == std::string::npos) return "error malformed dump request";
+      parts.push_back(request.substr(start, nl - start));
+      start = nl + 1;
+    }
+    DumpRequest req;
+    req.incident = parts[0];
+    req.reason = parts[1];
+    try {
+      req.requested_by = std::stoi(parts[2]);
+    } catch (const std::exception&) {
+      req.requested_by = -1;
+    }
+    req.cause = request.substr(start);
+    if (req.incident.empty() || req.incident.find('/') != std::string::npos || req.incident[0] == '.' ||
+        req.incident.size() > 128)
+      return "error bad incident id";
+    if (req.reason != "peer_request" && req.reason != "on_demand") return "error bad reason";
+    enqueue(req);
+    return strFormat("ok %d", cfg_.rank);
+  }
+  return "error unknown request";
+}
+
+}  // namespace hetobs

@@ -1,0 +1,87 @@
+// The watchdog thread: heartbeat, hang detection, and every queued dump request.
+// It never takes the GIL and never waits on a communicator: it reads atomics.
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "hetobs/comm/communicator.h"
+#include "hetobs/common/clock.h"
+#include "hetobs/common/error.h"
+#include "hetobs/common/log.h"
+#include "hetobs/observe/runtime.h"
+#include "hetobs/record/recorder.h"
+
+namespace hetobs {
+
+void Runtime::watchdogLoop() {
+  // Signals meant for Python's stack dumper or the user's dump signal go to other threads.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  const int64_t tickNs = std::clamp<int64_t>(int64_t(cfg_.hang_timeout_s * 1e9 / 10), 10000000, 500000000);
+  for (;;) {
+    pollfd p{wakeFd_, POLLIN, 0};
+    poll(&p, 1, int(tickNs / 1000000));
+    uint64_t signals = 0;
+    if (p.revents & POLLIN) {
+      ssize_t rc = read(wakeFd_, &signals, sizeof signals);
+      (void)rc;
+    }
+    stats_->header()->heartbeat_ns.store(wallNs(), std::memory_order_relaxed);
+    if (exited_.load()) continue;
+    // A dump signal wakes us through the eventfd without a queued request.
+    std::deque<DumpRequest> work;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      work.swap(queue_);
+    }
+    size_t queued = work.size();
+    if (signals > queued && cfg_.dump_signal > 0) {
+      DumpRequest req;
+      req.incident = strFormat("signal-r%d-%lld", cfg_.rank, (long long)(wallNs() / 1000000));
+      req.reason = "signal";
+      req.cause = strFormat("signal %d received", cfg_.dump_signal);
+      work.push_back(req);
+    }
+    for (auto& req : work) dump(req);
+    checkHangs();
+  }
+}
+
+void Runtime::checkHangs() {
+  const int64_t now = monoNs();
+  const int64_t limit = int64_t(cfg_.hang_timeout_s * 1e9);
+  for (auto& comm : comms()) {
+    Communicator::InFlight f;
+    if (!comm->inFlight(&f)) continue;
+    int64_t quiet = now - f.last_progress_ns;
+    if (quiet < limit) continue;
+    OpRecord r{};
+    if (!Recorder::instance().get(f.record_id, &r)) continue;
+    bool p2p = isP2P(OpKind(r.op));
+    std::string incident =
+        p2p ? strFormat("hang-c%llu-p%llu-r%d", (unsigned long long)r.comm_id, (unsigned long long)r.p2p_seq, cfg_.rank)
+            : strFormat("hang-c%llu-s%llu", (unsigned long long)r.comm_id, (unsigned long long)r.coll_seq);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!hangsReported_.insert(incident).second) continue;  // this hang is already on record
+    }
+    std::string what = strFormat("%s seq %llu on comm %llu: no progress for %.1f s (HETOBS_HANG_TIMEOUT=%g), waiting on %s",
+                                 opName(OpKind(r.op)), (unsigned long long)(p2p ? r.p2p_seq : r.coll_seq),
+                                 (unsigned long long)r.comm_id, double(quiet) / 1e9, cfg_.hang_timeout_s,
+                                 f.waiting_on.empty() ? "no peer (local)" : f.waiting_on.c_str());
+    HETOBS_WARN("hang detected: %s; dumping incident %s", what.c_str(), incident.c_str());
+    stats_->header()->hangs_detected.fetch_add(1);
+    DumpRequest req;
+    req.incident = incident;
+    req.reason = "watchdog";
+    req.cause = what;
+    req.ask_peers = true;
+    dump(req);
+    if (cfg_.abort_on_hang) comm->requestAbort(what);
+  }
+}
+
+}  // namespace hetobs

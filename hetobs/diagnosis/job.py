@@ -1,0 +1,60 @@
+"""`LoadedJob`: everything the stages read, as the loaders leave it.
+
+Kept apart from the loaders so the stages depend on this one small type and not on
+how (hetobs job directory, Flight Recorder files) the data was found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from .summary import RankDump, RankMeta
+from .types import CommKey, DataProblem
+
+__all__ = ["LoadedJob", "OptionsError"]
+
+
+class OptionsError(ValueError):
+    """The options cannot be satisfied (an incident that does not exist, no input named)."""
+
+
+@dataclass
+class LoadedJob:
+    job: Optional[str]
+    source: str  # "hetobs" | "flight_recorder"
+    root: Optional[Path]
+    metas: dict[int, RankMeta] = field(default_factory=dict)
+    dumps: dict[int, RankDump] = field(default_factory=dict)
+    incident: Optional[str] = None
+    incidents: list[str] = field(default_factory=list)
+    problems: list[DataProblem] = field(default_factory=list)
+    incident_time_ns: Optional[int] = None
+    notes: list[str] = field(default_factory=list)
+    # Communicator membership and ring as most ranks report them (never one rank's word).
+    members: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
+    rings: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> Optional[int]:
+        sizes = [m.world_size for m in self.metas.values() if m.world_size]
+        sizes += [d.world_size for d in self.dumps.values() if d.world_size]
+        if sizes:
+            return max(set(sizes), key=sizes.count)
+        known = list(self.metas) + list(self.dumps)
+        for members in self.members.values():
+            known.extend(members)
+        return max(known) + 1 if known else None
+
+    def host_of(self, rank: int) -> Optional[str]:
+        d = self.dumps.get(rank)
+        if d is not None and d.host:
+            return d.host
+        m = self.metas.get(rank)
+        return m.host if m is not None else None
+
+    def hang_timeout_s(self) -> Optional[float]:
+        values = [d.hang_timeout_s for d in self.dumps.values() if d.hang_timeout_s]
+        values += [m.hang_timeout_s for m in self.metas.values() if m.hang_timeout_s]
+        return min(values) if values else None

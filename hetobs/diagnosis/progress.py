@@ -1,0 +1,94 @@
+"""Stage 3: inside a collective every rank joined, walk the progress counters to where data stopped.
+
+Each in-flight op carries per-peer frame counters (dump-schema.md): `send.sent` to a
+peer and that peer's `recv.received` from us describe the same edge from both ends.
+- sender sent more than the receiver received, and neither end has moved for the
+  stall time -> the frames are stuck on the wire: `link_stalled` (src, dst);
+  (a gap alone is normal in flight, so the stall time is required);
+- along the ring (`ring[i]` sends to `ring[i+1]`), a rank whose incoming and outgoing
+  edges are both clean, that received at least as many frames as it sent on and has
+  not finished -> it holds data it never forwarded: `rank_stalled`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from .job import LoadedJob
+from .matcher import Stuck
+from .summary import InFlight, PeerProg
+from .types import Verdict, VerdictKind
+
+__all__ = ["walk"]
+
+
+def _stale(p: Optional[PeerProg], stall_s: float) -> bool:
+    return p is None or p.since_change_s is None or p.since_change_s >= stall_s
+
+
+def _finished(p: PeerProg) -> bool:
+    send_ok = p.send_posted is not None and p.send_done is not None and p.send_done >= p.send_posted
+    recv_ok = p.recv_posted is not None and p.recv_done is not None and p.recv_done >= p.recv_posted
+    return send_ok and recv_ok
+
+
+def walk(job: LoadedJob, st: Stuck, stall_s: float) -> list[Verdict]:
+    ops: dict[int, InFlight] = {}
+    for r in st.joined:
+        d = job.dumps.get(r)
+        v = d.comms.get(st.comm) if d is not None else None
+        if v is not None and v.in_flight is not None and v.in_flight.rec.seq == st.seq:
+            ops[r] = v.in_flight
+    out: list[Verdict] = []
+    for src, f in sorted(ops.items()):
+        for p in f.peers:
+            dst = p.peer
+            back = ops[dst].peer(src) if dst in ops else None
+            if p.sent is None or back is None or back.received is None or p.sent <= back.received:
+                continue
+            if not (_stale(p, stall_s) and _stale(back, stall_s)):
+                continue
+            ev = [f"rank {src} sent {p.sent} frame(s) to rank {dst} (acked {p.acked}), rank {dst} received "
+                  f"{back.received} from rank {src}, in {st.op} seq {st.seq} on comm {st.comm}",
+                  f"neither end moved for {min(x for x in (p.since_change_s, back.since_change_s, 1e18) if x is not None):.1f} s"
+                  f" (stall time {stall_s:.1f} s); transport {p.transport or back.transport or 'unknown'}"]
+            hs, hd = job.host_of(src), job.host_of(dst)
+            if hs or hd:
+                ev.append(f"link {hs}:{src} -> {hd}:{dst}")
+            out.append(Verdict(VerdictKind.LINK_STALLED, [], f"link {src} -> {dst} stalled: frames sent were never "
+                               f"received", ev, links=[(src, dst)], comm=st.comm, seq=st.seq, op=st.op,
+                               confidence=0.9))
+    if out:
+        return out
+    ring = job.rings.get(st.comm)
+    if not ring or len(ring) < 2 or any(r not in ops for r in ring):
+        return out
+    n = len(ring)
+    cands: list[tuple[int, list[str]]] = []
+    for i, r in enumerate(ring):
+        prev, nxt = ring[i - 1], ring[(i + 1) % n]
+        me = ops[r]
+        inp, outp = me.peer(prev), me.peer(nxt)
+        prev_out = ops[prev].peer(r)
+        nxt_in = ops[nxt].peer(r)
+        if None in (inp, outp, prev_out, nxt_in):
+            continue
+        assert inp and outp and prev_out and nxt_in
+        if None in (inp.received, outp.sent, prev_out.sent, nxt_in.received):
+            continue
+        in_clean = prev_out.sent == inp.received
+        out_clean = outp.sent == nxt_in.received
+        if not (in_clean and out_clean and inp.received and inp.received >= outp.sent):
+            continue
+        if _finished(outp) or not _stale(outp, stall_s):
+            continue
+        cands.append((r, [f"rank {r} received {inp.received} frame(s) from rank {prev} (all rank {prev} sent) but "
+                          f"sent only {outp.sent} on to rank {nxt} (rank {nxt} received all of them)",
+                          f"no progress on rank {r}'s send to rank {nxt} for "
+                          f"{outp.since_change_s if outp.since_change_s is not None else float('nan'):.1f} s"]))
+    if cands and len(cands) <= max(1, n // 4):
+        for r, ev in cands:
+            out.append(Verdict(VerdictKind.RANK_STALLED, [r], f"rank {r} stalled inside {st.op} seq {st.seq}: it "
+                               f"received data it never sent on", ev, comm=st.comm, seq=st.seq, op=st.op,
+                               confidence=0.8 if len(cands) == 1 else 0.5))
+    return out

@@ -1,0 +1,144 @@
+"""Stage 1, reachability: which ranks left no dump, and were they dead, stopped or silent?
+
+Judged as of the incident, because most diagnoses are post-mortem: by the time a
+person looks, the scheduler may have killed every rank. So a process that is gone
+*now* is only blamed when the incident itself shows it was gone then (peers'
+side-channel requests went unanswered, or its connections closed mid-op); a rank
+that answered its peers at the incident and vanished later is a culprit only when
+nothing else explains the hang (the engine decides that last). Ranks whose metadata
+says they exited cleanly are not faults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .job import LoadedJob
+from .procfs import local_host_key, process_state
+from .types import Options, Verdict, VerdictKind
+
+__all__ = ["Reach", "assess", "verdict_for"]
+
+
+@dataclass
+class Reach:
+    rank: int
+    state: str  # dumped | exited | dead | stopped | silent | unknown
+    unanswered_by: list[int] = field(default_factory=list)
+    answered_by: list[int] = field(default_factory=list)
+    closed_by: list[int] = field(default_factory=list)  # peers that saw its connection close mid-op
+    evidence: list[str] = field(default_factory=list)
+    local: bool = False  # on this host: its process could be checked
+
+    @property
+    def gone_at_incident(self) -> bool:
+        return bool(self.unanswered_by or self.closed_by)
+
+
+def _few(ranks: list[int], limit: int = 8) -> str:
+    s = ", ".join(str(r) for r in ranks[:limit])
+    return s + (f" and {len(ranks) - limit} more" if len(ranks) > limit else "")
+
+
+def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]]) -> dict[int, Reach]:
+    """Reachability of every rank that left no dump (and heartbeat notes for those that did)."""
+    ws = job.world_size or 0
+    out: dict[int, Reach] = {}
+    unanswered: dict[int, list[int]] = {}
+    answered: dict[int, list[int]] = {}
+    for d in job.dumps.values():
+        for r in d.unanswered:
+            unanswered.setdefault(r, []).append(d.rank)
+        for r in d.answered:
+            answered.setdefault(r, []).append(d.rank)
+    host_key = options.host_key if options.host_key is not None else local_host_key(options.proc_root)
+    for r in range(ws):
+        d = job.dumps.get(r)
+        if d is not None:
+            reach = Reach(r, "dumped")
+            if d.heartbeat_ns and d.time_ns and d.hang_timeout_s:
+                age = (d.time_ns - d.heartbeat_ns) / 1e9
+                if age > d.hang_timeout_s:
+                    reach.evidence.append(f"rank {r}'s watchdog heartbeat was {age:.1f} s old when it dumped")
+            out[r] = reach
+            continue
+        if not job.incident and job.source == "hetobs":
+            continue  # no incident: nothing is missing
+        m = job.metas.get(r)
+        reach = Reach(r, "unknown", sorted(unanswered.get(r, [])), sorted(answered.get(r, [])),
+                      sorted(closed_by.get(r, [])))
+        where = f"rank {r}" + (f" (host {m.host}, pid {m.pid})" if m is not None else "")
+        reach.evidence.append(f"{where} left no dump in incident {job.incident}")
+        if reach.unanswered_by:
+            reach.evidence.append(f"rank(s) {_few(reach.unanswered_by)} asked it for a dump over the side "
+                                  f"channel and got no answer")
+        if reach.answered_by:
+            reach.evidence.append(f"rank(s) {_few(reach.answered_by)} recorded that it answered the side channel")
+        if reach.closed_by:
+            reach.evidence.append(f"rank(s) {_few(reach.closed_by)} saw it close its connection mid-op")
+        if m is not None and m.exited_cleanly:
+            reach.state = "exited"
+            when = ""
+            if m.exit_time_ns and job.incident_time_ns:
+                dt = (m.exit_time_ns - job.incident_time_ns) / 1e9
+                when = f" {abs(dt):.1f} s {'after' if dt >= 0 else 'before'} the incident"
+            reach.evidence.append(f"its metadata says it exited cleanly{when}")
+        elif m is not None and host_key and m.host_key == host_key:
+            reach.local = True
+            ps = process_state(options.proc_root, m.pid, m.process_start_time)
+            if ps in ("gone", "reused", "zombie"):
+                reach.state = "dead"
+                reach.evidence.append({"gone": f"pid {m.pid} no longer exists on {m.host}",
+                                       "reused": f"pid {m.pid} now belongs to another process (start time "
+                                                 f"differs): the rank's process is gone",
+                                       "zombie": f"pid {m.pid} is a zombie (exited, not yet reaped)"}[ps])
+            elif ps == "stopped":
+                reach.state = "stopped"
+                reach.evidence.append(f"pid {m.pid} exists but is stopped (state T in /proc/{m.pid}/stat)")
+            elif ps in ("running", "disk"):
+                reach.state = "silent"
+                reach.evidence.append(f"pid {m.pid} exists ({'uninterruptible sleep, state D' if ps == 'disk' else 'running'})"
+                                      f" but left no dump")
+        elif m is not None:
+            reach.evidence.append(f"its host {m.host} is not this host: its process cannot be checked from here")
+        out[r] = reach
+    return out
+
+
+def verdict_for(reach: Reach, nothing_else: bool) -> Optional[Verdict]:
+    """The stage-1 verdict for a rank without a dump, or None when it is not a fault."""
+    r = reach.rank
+    ev = list(reach.evidence)
+    if reach.state == "exited":
+        return None
+    if reach.state == "dead":
+        if reach.gone_at_incident or not reach.answered_by:
+            conf = 0.95 if reach.gone_at_incident else 0.75
+            return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} is dead: its process is gone and it left no dump",
+                           ev, confidence=conf)
+        if nothing_else:
+            ev.append("it answered at the incident, so it probably died after it (e.g. killed by the scheduler); "
+                      "blamed only because nothing else explains the hang")
+            return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} is gone and left no dump (it may have died "
+                                                       f"after the incident)", ev, confidence=0.4)
+        return None
+    if reach.state == "stopped":
+        conf = 0.95 if not reach.answered_by else 0.5
+        return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r} is stopped (SIGSTOP?): it answered no one "
+                                                           f"and left no dump", ev, confidence=conf)
+    if reach.state == "silent":
+        return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r}'s process exists but did not dump or "
+                                                           f"answer its peers", ev, confidence=0.7)
+    # unknown: another host, or no metadata
+    if reach.closed_by:
+        return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} closed its connections mid-op and left no dump",
+                       ev, confidence=0.8)
+    if reach.unanswered_by:
+        return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r} did not answer its peers and left no dump "
+                                                           f"(dead or stopped: cannot check from this host)",
+                       ev, confidence=0.7)
+    if nothing_else:
+        return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r} left no dump; nothing else explains the "
+                                                           f"incident", ev, confidence=0.4)
+    return None

@@ -1,0 +1,383 @@
+"""Compact per-rank summaries, built from a dump the moment it is parsed.
+
+Why: the diagnosis must hold 16,384 ranks in memory at once, so a rank is reduced to
+what the stages use — per communicator the in-flight op with its per-peer progress,
+the last completed sequence ids, the link counters and only the last few op records
+(`Rec`) — and the parsed JSON is dropped. Everything here is tolerant: a missing or
+mistyped optional field becomes None; only what identifies a file (schema, rank)
+raises `SchemaError`, which the loader turns into a data problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Optional
+
+from .stacks import innermost_frame
+from .types import CommKey
+
+__all__ = [
+    "SchemaError", "OpSig", "Rec", "PeerProg", "InFlight", "LinkStat", "CommView", "RankDump", "RankMeta",
+    "rec_from_entry", "dump_from_doc", "meta_from_doc", "check_schema", "op_name",
+]
+
+DUMP_SCHEMA = "hetobs.dump"
+RANK_SCHEMA = "hetobs.rank"
+SUPPORTED_MAJOR = 1
+
+
+class SchemaError(ValueError):
+    """The document is not a dump this reader can use (wrong schema, newer major version...)."""
+
+
+def _int(v: Any) -> Optional[int]:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _num(v: Any) -> Optional[float]:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _str(v: Any) -> Optional[str]:
+    return v if isinstance(v, str) else None
+
+
+def _ranks(v: Any) -> tuple[int, ...]:
+    if isinstance(v, (list, tuple)):
+        return tuple(x for x in v if isinstance(x, int) and not isinstance(x, bool))
+    return ()
+
+
+def op_name(profiling_name: Any) -> Optional[str]:
+    """"nccl:all_reduce" -> "all_reduce" (FR names carry the backend before a colon)."""
+    if not isinstance(profiling_name, str):
+        return None
+    return profiling_name.rsplit(":", 1)[-1] or None
+
+
+def check_schema(doc: Any, schema: str) -> str:
+    """Raise SchemaError unless `doc` is a `schema` document of a readable version; return the version."""
+    if not isinstance(doc, dict):
+        raise SchemaError(f"not a JSON object (found {type(doc).__name__})")
+    name = doc.get("schema")
+    if name != schema:
+        raise SchemaError(f"schema is {name!r}, expected {schema!r}")
+    version = doc.get("version")
+    if not isinstance(version, str) or not version.split(".")[0].isdigit():
+        raise SchemaError(f"version {version!r} is not 'MAJOR.MINOR'")
+    major = int(version.split(".")[0])
+    if major > SUPPORTED_MAJOR:
+        raise SchemaError(f"{schema} version {version} is newer than this reader "
+                          f"(reads {SUPPORTED_MAJOR}.x): upgrade hetobs to read it")
+    if major < SUPPORTED_MAJOR:
+        raise SchemaError(f"{schema} version {version} is older than any this reader knows")
+    return version
+
+
+class OpSig(NamedTuple):
+    """What every rank must agree on at one sequence id."""
+
+    op: Optional[str]
+    dtype: Optional[str]
+    count: Optional[int]
+    root: Optional[int]
+
+    def text(self) -> str:
+        s = f"{self.op} count {self.count} {self.dtype}"
+        return s + (f" root {self.root}" if self.root is not None else "")
+
+
+class Rec(NamedTuple):
+    """One op record, summarized (from a dump entry or an in-flight op)."""
+
+    seq: int  # collective sequence id (0 for point-to-point)
+    p2p_seq: int
+    op: Optional[str]
+    dtype: Optional[str]
+    count: Optional[int]
+    root: Optional[int]
+    peer: Optional[int]
+    state: str
+    started_ns: Optional[int]
+    completed_ns: Optional[int]
+    nbytes: Optional[int]
+    error: Optional[str]
+
+    @property
+    def sig(self) -> OpSig:
+        return OpSig(self.op, self.dtype, self.count, self.root)
+
+
+class PeerProg(NamedTuple):
+    """Per-peer progress of an in-flight op, in frames ("steps"), both directions."""
+
+    peer: int  # global rank
+    transport: Optional[str]
+    send_posted: Optional[int]
+    sent: Optional[int]
+    acked: Optional[int]
+    send_done: Optional[int]
+    recv_posted: Optional[int]
+    received: Optional[int]
+    recv_done: Optional[int]
+    since_change_s: Optional[float]
+
+
+class InFlight(NamedTuple):
+    rec: Rec
+    algorithm: Optional[str]
+    seconds_in_op: Optional[float]
+    peers: tuple[PeerProg, ...]
+
+    def peer(self, global_peer: int) -> Optional[PeerProg]:
+        for p in self.peers:
+            if p.peer == global_peer:
+                return p
+        return None
+
+    def stalled_for(self) -> Optional[float]:
+        """Seconds since this op last moved (the least stale peer), else time in op."""
+        changes = [p.since_change_s for p in self.peers if p.since_change_s is not None]
+        if changes:
+            return min(changes) if self.seconds_in_op is None else min(min(changes), self.seconds_in_op)
+        return self.seconds_in_op
+
+
+class LinkStat(NamedTuple):
+    peer: int
+    transport: Optional[str]
+    bytes_sent: Optional[int]
+    bytes_recv: Optional[int]
+    busy_ns: Optional[int]
+
+
+@dataclass(slots=True)
+class CommView:
+    """One rank's view of one communicator at dump time."""
+
+    comm: CommKey
+    size: Optional[int] = None
+    members: Optional[tuple[int, ...]] = None  # global ranks (interned, shared across ranks)
+    ring: Optional[tuple[int, ...]] = None
+    last_seq: Optional[int] = None  # last collective seq this rank issued/finished
+    last_p2p_seq: Optional[int] = None
+    failed: bool = False
+    cause: Optional[str] = None
+    in_flight: Optional[InFlight] = None
+    links: tuple[LinkStat, ...] = ()
+    recent: list[Rec] = field(default_factory=list)  # last few records, oldest first
+    waiting_s: Optional[float] = None  # how long its in-flight op has not moved (None: unknown)
+
+    def position(self) -> Optional[int]:
+        """Highest collective seq this rank has called on the communicator."""
+        best = self.last_seq
+        if self.in_flight is not None and self.in_flight.rec.seq:
+            best = max(best or 0, self.in_flight.rec.seq)
+        for r in self.recent:
+            if r.seq:
+                best = max(best or 0, r.seq)
+        return best
+
+    def op_at(self, seq: int) -> Optional[Rec]:
+        if self.in_flight is not None and self.in_flight.rec.seq == seq:
+            return self.in_flight.rec
+        for r in reversed(self.recent):
+            if r.seq == seq:
+                return r
+        return None
+
+
+@dataclass(slots=True)
+class RankDump:
+    """One rank's dump of the incident, summarized."""
+
+    rank: int
+    path: str
+    host: Optional[str] = None
+    pid: Optional[int] = None
+    process_start_time: Optional[int] = None
+    reason: Optional[str] = None
+    cause: Optional[str] = None
+    requested_by: Optional[int] = None
+    time_ns: Optional[int] = None
+    heartbeat_ns: Optional[int] = None
+    last_progress_ns: Optional[int] = None
+    hang_timeout_s: Optional[float] = None
+    asked: tuple[int, ...] = ()
+    answered: tuple[int, ...] = ()
+    unanswered: tuple[int, ...] = ()
+    python_status: Optional[str] = None
+    where: Optional[str] = None  # innermost Python frame of the main thread
+    comms: dict[CommKey, CommView] = field(default_factory=dict)
+    world_size: Optional[int] = None
+    incident: Optional[str] = None
+
+
+@dataclass(slots=True)
+class RankMeta:
+    """`ranks/rank-<r>.json`, summarized."""
+
+    rank: int
+    path: str
+    world_size: Optional[int] = None
+    host: Optional[str] = None
+    host_key: Optional[str] = None
+    pid: Optional[int] = None
+    process_start_time: Optional[int] = None
+    start_time_ns: Optional[int] = None
+    exited_cleanly: bool = False
+    exit_time_ns: Optional[int] = None
+    hang_timeout_s: Optional[float] = None
+    rings: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
+    members: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
+
+
+def rec_from_entry(e: dict[str, Any]) -> Rec:
+    """A dump entry (hetobs or Flight Recorder field names) as a `Rec`."""
+    op = _str(e.get("op")) or op_name(e.get("profiling_name"))
+    dtype = _str(e.get("dtype"))
+    if dtype is None:
+        dts = e.get("input_dtypes")
+        if isinstance(dts, list) and dts and isinstance(dts[0], str):
+            dtype = dts[0]
+    count = _int(e.get("count"))
+    if count is None:
+        sizes = e.get("input_sizes")
+        if isinstance(sizes, list):
+            total = 0
+            for shape in sizes:
+                if isinstance(shape, list):
+                    n = 1
+                    for d in shape:
+                        n *= d if isinstance(d, int) else 1
+                    total += n
+            count = total
+    started = _int(e.get("time_discovered_started_ns")) or None
+    completed = _int(e.get("time_discovered_completed_ns")) or None
+    return Rec(
+        seq=_int(e.get("collective_seq_id")) or 0,
+        p2p_seq=_int(e.get("p2p_seq_id")) or 0,
+        op=op, dtype=dtype, count=count, root=_int(e.get("root")), peer=_int(e.get("peer")),
+        state=_str(e.get("state")) or "unknown",
+        started_ns=started, completed_ns=completed, nbytes=_int(e.get("bytes")),
+        error=_str(e.get("error")),
+    )
+
+
+def _peer_prog(p: dict[str, Any]) -> Optional[PeerProg]:
+    peer = _int(p.get("global_peer"))
+    if peer is None:
+        peer = _int(p.get("peer"))
+    if peer is None:
+        return None
+    send = p.get("send") if isinstance(p.get("send"), dict) else {}
+    recv = p.get("recv") if isinstance(p.get("recv"), dict) else {}
+    return PeerProg(peer, _str(p.get("transport")), _int(send.get("posted")), _int(send.get("sent")),
+                    _int(send.get("acked")), _int(send.get("done")), _int(recv.get("posted")),
+                    _int(recv.get("received")), _int(recv.get("done")), _num(p.get("seconds_since_change")))
+
+
+def _in_flight(f: Any) -> Optional[InFlight]:
+    if not isinstance(f, dict):
+        return None
+    rec = rec_from_entry(f)
+    if rec.started_ns is None:
+        rec = rec._replace(started_ns=_int(f.get("time_created_ns")) or None)
+    peers = tuple(pp for pp in (_peer_prog(p) for p in f.get("peers") or () if isinstance(p, dict)) if pp)
+    return InFlight(rec, _str(f.get("algorithm")), _num(f.get("seconds_in_op")), peers)
+
+
+def _comm_view(c: dict[str, Any]) -> Optional[CommView]:
+    cid = _int(c.get("comm_id"))
+    if cid is None:
+        return None
+    links = []
+    for lk in c.get("links") or ():
+        if isinstance(lk, dict):
+            peer = _int(lk.get("global_peer"))
+            peer = _int(lk.get("peer")) if peer is None else peer
+            if peer is not None:
+                links.append(LinkStat(peer, _str(lk.get("transport")), _int(lk.get("bytes_sent")),
+                                      _int(lk.get("bytes_recv")), _int(lk.get("busy_ns"))))
+    members = c.get("global_ranks")
+    ring = c.get("ring")
+    view = CommView(
+        comm=cid, size=_int(c.get("size")),
+        members=members if isinstance(members, tuple) else (_ranks(members) or None),
+        ring=ring if isinstance(ring, tuple) else (_ranks(ring) or None),
+        last_seq=_int(c.get("last_coll_seq")), last_p2p_seq=_int(c.get("last_p2p_seq")),
+        failed=bool(c.get("failed")), cause=_str(c.get("cause")),
+        in_flight=_in_flight(c.get("in_flight")), links=tuple(links),
+    )
+    if view.in_flight is not None:
+        view.waiting_s = view.in_flight.stalled_for()
+    return view
+
+
+def dump_from_doc(doc: dict[str, Any], records: list[dict[str, Any]], path: str, keep: int) -> RankDump:
+    """Summarize a parsed `hetobs.dump` (header without entries, plus its last records)."""
+    check_schema(doc, DUMP_SCHEMA)
+    rank = _int(doc.get("rank"))
+    if rank is None or rank < 0:
+        raise SchemaError(f"'rank' is {doc.get('rank')!r}, expected a non-negative integer")
+    sc = doc.get("side_channel") if isinstance(doc.get("side_channel"), dict) else {}
+    py = doc.get("python") if isinstance(doc.get("python"), dict) else {}
+    d = RankDump(
+        rank=rank, path=path, host=_str(doc.get("host")), pid=_int(doc.get("pid")),
+        process_start_time=_int(doc.get("process_start_time")), reason=_str(doc.get("reason")),
+        cause=_str(doc.get("cause")), requested_by=_int(doc.get("requested_by")), time_ns=_int(doc.get("time_ns")),
+        heartbeat_ns=_int(doc.get("heartbeat_ns")), last_progress_ns=_int(doc.get("last_progress_ns")),
+        hang_timeout_s=_num(doc.get("hang_timeout_s")), asked=_ranks(sc.get("asked")),
+        answered=_ranks(sc.get("answered")), unanswered=_ranks(sc.get("unanswered")),
+        python_status=_str(py.get("status")), where=innermost_frame(py.get("stacks")),
+        world_size=_int(doc.get("world_size")), incident=_str(doc.get("incident")),
+    )
+    for c in doc.get("comms") or ():
+        if isinstance(c, dict):
+            view = _comm_view(c)
+            if view is not None:
+                d.comms[view.comm] = view
+    add_records(d, records, keep)
+    return d
+
+
+def add_records(d: RankDump, records: list[dict[str, Any]], keep: int) -> None:
+    """File the last records under their communicator (creating views FR dumps lack)."""
+    for e in records:
+        if not isinstance(e, dict):
+            continue
+        cid = _int(e.get("comm_id"))
+        if cid is None:
+            cid = _int(e.get("pg_id"))
+        if cid is None:
+            continue
+        view = d.comms.get(cid)
+        if view is None:
+            view = d.comms[cid] = CommView(comm=cid)
+        view.recent.append(rec_from_entry(e))
+    for view in d.comms.values():
+        if len(view.recent) > keep:
+            del view.recent[:-keep]
+
+
+def meta_from_doc(doc: Any, path: str) -> RankMeta:
+    """Summarize a parsed `hetobs.rank` metadata document."""
+    check_schema(doc, RANK_SCHEMA)
+    rank = _int(doc.get("rank"))
+    if rank is None or rank < 0:
+        raise SchemaError(f"'rank' is {doc.get('rank')!r}, expected a non-negative integer")
+    m = RankMeta(
+        rank=rank, path=path, world_size=_int(doc.get("world_size")), host=_str(doc.get("host")),
+        host_key=_str(doc.get("host_key")), pid=_int(doc.get("pid")),
+        process_start_time=_int(doc.get("process_start_time")), start_time_ns=_int(doc.get("start_time_ns")),
+        exited_cleanly=doc.get("exited_cleanly") is True, exit_time_ns=_int(doc.get("exit_time_ns")),
+        hang_timeout_s=_num(doc.get("hang_timeout_s")),
+    )
+    for c in doc.get("comms") or ():
+        if isinstance(c, dict) and _int(c.get("comm_id")) is not None:
+            ring, members = c.get("ring"), c.get("global_ranks")
+            if isinstance(ring, (tuple, list)):
+                m.rings[c["comm_id"]] = tuple(ring)
+            if isinstance(members, (tuple, list)):
+                m.members[c["comm_id"]] = tuple(members)
+    return m
