@@ -60,6 +60,8 @@ def _add_optional(name: str) -> None:
 
 
 _add_optional("bench")
+_add_optional("diagnose")
+_add_optional("dump")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

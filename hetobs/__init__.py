@@ -54,7 +54,8 @@ def init(*, rank: int | None = None, world_size: int | None = None, master_addr:
         raise ValueError(f"RANK={rank}, WORLD_SIZE={size}: need 0 <= RANK < WORLD_SIZE")
     _core.set_log_level(s.debug)
     endpoint = _core.Endpoint(rank, size, s.job_id, s.secret, s.transport, s.timeout, s.connect_timeout,
-                              s.small_bytes, s.dir, s.hang_timeout, s.abort_on_hang, s.dump_signal, s.records)
+                              s.small_bytes, s.dir, s.hang_timeout, s.abort_on_hang, s.dump_signal, s.records,
+                              s.watchdog)
     from ._lifecycle import install
 
     install()

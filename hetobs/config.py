@@ -37,6 +37,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("HETOBS_CONNECT_TIMEOUT", "60", "Seconds to wait for rendezvous and connections at start-up."),
     Setting("HETOBS_RECORDS", "2048", "Op records kept per rank (ring, oldest overwritten)."),
     Setting("HETOBS_HANG_TIMEOUT", "300", "Seconds without progress in an op before the watchdog dumps every rank."),
+    Setting("HETOBS_WATCHDOG", "1", "0 turns off the watchdog, dumps, side-channel requests and the stats segment."),
     Setting("HETOBS_ABORT_ON_HANG", "0", "1: after the hang dump, fail the stuck op with an error instead of waiting."),
     Setting("HETOBS_DUMP_SIGNAL", "off", "A signal (name or number, e.g. SIGUSR2) that makes this rank dump; chains to prior handlers."),
     Setting("HETOBS_SMALL_BYTES", "65536", "all_reduce payloads up to this size use the latency path (direct exchange)."),
@@ -55,6 +56,7 @@ class Settings:
     connect_timeout: float
     records: int
     hang_timeout: float
+    watchdog: bool
     abort_on_hang: bool
     dump_signal: int
     small_bytes: int
@@ -124,6 +126,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         connect_timeout=float(_number(env, "HETOBS_CONNECT_TIMEOUT", "60", float, 0.1)),
         records=int(_number(env, "HETOBS_RECORDS", "2048", int, 1)),
         hang_timeout=float(_number(env, "HETOBS_HANG_TIMEOUT", "300", float, 0.1)),
+        watchdog=_choice(env, "HETOBS_WATCHDOG", "1", ("0", "1", "true", "false")) in ("1", "true"),
         abort_on_hang=_choice(env, "HETOBS_ABORT_ON_HANG", "0", ("0", "1", "true", "false")) in ("1", "true"),
         dump_signal=_signal(env, "HETOBS_DUMP_SIGNAL"),
         small_bytes=int(_number(env, "HETOBS_SMALL_BYTES", "65536", int, 0)),

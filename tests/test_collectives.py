@@ -48,30 +48,6 @@ SECTIONS = ["identity", "all_reduce", "reduce_scatter", "all_gather", "broadcast
             "barrier", "send_recv", "large", "split", "new_group", "async", "torch", "final"]
 
 
-@dataclass
-class Run:
-    config: Config
-    job: Job
-    result: JobResult
-    shm_left: list[str] = field(default_factory=list)
-
-
-@pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: c.id)
-def run(request: pytest.FixtureRequest, core: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    cfg: Config = request.param
-    shm0 = shm_entries()
-    job = Job("collectives", cfg.world, {"seed": 1234 + cfg.world, "torch": cfg.torch,
-                                         "sections": list(cfg.sections)},
-              workdir=tmp_path_factory.mktemp(cfg.id), transport=cfg.transport, env=dict(cfg.env),
-              deadline=240.0)
-    try:
-        job.start()
-        res = job.wait()
-    finally:
-        job.close()
-    yield Run(cfg, job, res, job.shm_leftovers(shm0))
-
-
 def _wanted(cfg: Config, section: str) -> bool:
     if section == "torch":
         return cfg.torch
@@ -80,6 +56,34 @@ def _wanted(cfg: Config, section: str) -> bool:
     return not cfg.sections or section in cfg.sections
 
 
+PAIRS = [pytest.param(cfg, sec, id=f"{cfg.id}-{sec}") for cfg in CONFIGS for sec in SECTIONS if _wanted(cfg, sec)]
+
+
+@dataclass
+class Run:
+    config: Config
+    job: Job
+    result: JobResult
+    shm_left: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def run(request: pytest.FixtureRequest, core: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    cfg: Config = request.param
+    shm0 = shm_entries()
+    job = Job("collectives", cfg.world, {"seed": 1234 + cfg.world, "torch": cfg.torch,
+                                         "sections": list(cfg.sections)},
+              workdir=tmp_path_factory.mktemp(cfg.id), transport=cfg.transport, env=dict(cfg.env),
+              deadline=240.0, gates=["async-hold"])
+    try:
+        job.start()
+        res = job.wait()
+    finally:
+        job.close()
+    yield Run(cfg, job, res, job.shm_leftovers(shm0))
+
+
+@pytest.mark.parametrize("run", CONFIGS, ids=[c.id for c in CONFIGS], indirect=True)
 def test_job_exits_cleanly(run: Run) -> None:
     """Every rank exits 0 after close(), within the deadline, and leaves no /dev/shm entry."""
     run.result.check()
@@ -88,10 +92,8 @@ def test_job_exits_cleanly(run: Run) -> None:
     assert not run.shm_left, f"/dev/shm entries left by a cleanly finished job: {run.shm_left}"
 
 
-@pytest.mark.parametrize("section", SECTIONS)
+@pytest.mark.parametrize("run,section", PAIRS, indirect=["run"])
 def test_section(run: Run, section: str) -> None:
-    if not _wanted(run.config, section):
-        pytest.skip(f"{section} is not part of config {run.config.id}")
     problems = []
     total_checks = 0
     for r in run.result.ranks:

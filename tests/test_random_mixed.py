@@ -16,7 +16,7 @@ import pytest
 if TYPE_CHECKING:
     from conftest import Launcher, LeakCheck
 
-OPS = 2500
+OPS = 4000
 
 
 @pytest.mark.slow

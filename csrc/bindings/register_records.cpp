@@ -10,6 +10,9 @@
 #include "hetobs/common/clock.h"
 #include "hetobs/common/wire.h"
 #include "hetobs/record/recorder.h"
+#include "hetobs/stats/layout.h"
+
+#include <cstddef>
 #include "register.h"
 
 namespace py = pybind11;
@@ -74,10 +77,6 @@ void registerRecords(py::module_& m) {
     for (const auto& r : snap) out.append(recordDict(r));
     return out;
   }, "Every op record of this process, oldest first.");
-  m.def("configure_recorder", [](size_t capacity) {
-    if (capacity == 0) throw py::value_error("HETOBS_RECORDS must be at least 1");
-    Recorder::instance().configure(capacity);
-  });
   m.def(
       "bench_recorder",
       [](long iters) {
@@ -106,6 +105,31 @@ void registerRecords(py::module_& m) {
       },
       py::arg("iterations") = 1000000,
       "ns per op spent recording (writes into this process's recorder).");
+  m.def("stats_layout", [] {
+    // Offsets of the stats segment layout (stats/layout.h), for hetobs/stats.py's tests.
+    py::dict d;
+    using stats::StatsHeader;
+    using stats::CommStats;
+    using stats::LinkStats;
+#define OFF(T, f) d[#T "." #f] = offsetof(T, f)
+    OFF(StatsHeader, version); OFF(StatsHeader, comms_offset); OFF(StatsHeader, pid);
+    OFF(StatsHeader, process_start_ticks); OFF(StatsHeader, job); OFF(StatsHeader, host);
+    OFF(StatsHeader, hang_timeout_s); OFF(StatsHeader, heartbeat_ns); OFF(StatsHeader, last_progress_ns);
+    OFF(StatsHeader, hangs_detected); OFF(StatsHeader, records_next); OFF(StatsHeader, state);
+    OFF(StatsHeader, links_used); OFF(StatsHeader, wall_minus_mono_ns);
+    OFF(CommStats, comm_id); OFF(CommStats, coll_seq); OFF(CommStats, inflight_record); OFF(CommStats, failed);
+    OFF(CommStats, ops);
+    OFF(LinkStats, transport); OFF(LinkStats, counters); OFF(LinkStats, progress);
+    OFF(OpRecord, record_id); OFF(OpRecord, algbw_gbps); OFF(OpRecord, root_or_peer); OFF(OpRecord, op);
+    OFF(OpRecord, error);
+#undef OFF
+    d["sizeof.StatsHeader"] = sizeof(StatsHeader);
+    d["sizeof.CommStats"] = sizeof(CommStats);
+    d["sizeof.OpKindStats"] = sizeof(stats::OpKindStats);
+    d["sizeof.LinkStats"] = sizeof(LinkStats);
+    d["sizeof.OpRecord"] = sizeof(OpRecord);
+    return d;
+  });
   m.def("build_info", [] {
     py::dict d;
     d["version"] = HETOBS_VERSION;

@@ -126,6 +126,8 @@ def where_is(job: LoadedJob, rank: int, comm: CommKey) -> str:
     d = job.dumps.get(rank)
     if d is None:
         return "unknown (no dump)"
+    if job.source == "flight_recorder":  # FR has no current stack: say where its last op came from
+        return f"past its last recorded op (called from {d.where})" if d.where else "past its last recorded op"
     for c, v in d.comms.items():
         if c != comm and v.in_flight is not None:
             f = v.in_flight.rec
@@ -143,9 +145,12 @@ def where_is(job: LoadedJob, rank: int, comm: CommKey) -> str:
 def not_joined_verdict(job: LoadedJob, st: Stuck, ranks: list[int]) -> Verdict:
     conf = 0.9 if job.source == "hetobs" else 0.8
     ev: list[str] = []
-    if st.waiting:
-        wait = f" for {st.waited_s:.1f} s" if st.waited_s is not None else ""
-        ev.append(f"rank(s) {few(st.waiting)} have waited{wait} in {st.op} seq {st.seq} on comm {st.comm}")
+    if st.waiting and st.waited_s is not None:
+        ev.append(f"rank(s) {few(st.waiting)} have waited for {st.waited_s:.1f} s in {st.op} seq {st.seq} "
+                  f"on comm {st.comm}")
+    elif st.waiting:
+        ev.append(f"rank(s) {few(st.waiting)} entered {st.op} seq {st.seq} on comm {st.comm} and did not complete it"
+                  f" (as recorded; Flight Recorder dumps carry no wait times)")
     elif st.joined:
         ev.append(f"rank(s) {few(st.joined)} called {st.op} seq {st.seq} on comm {st.comm}")
     for r in ranks[:_MAX_LINES]:

@@ -204,6 +204,7 @@ class Options:
     stall_s: Optional[float] = None
     tail_entries: int = 16  # op records kept per rank and communicator (the rest is summarized)
     request_dump: Optional[RequestDump] = None  # live jobs: ask for a fresh dump (optional)
+    last_progress: Optional[Callable[[Path], Optional[int]]] = None  # job dir -> last progress ns (live telemetry)
     live_wait_s: float = 15.0
     progress: Optional[ProgressCallback] = None
     fr_prefix: Optional[str] = None  # Flight Recorder file prefix (default: inferred)

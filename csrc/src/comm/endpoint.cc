@@ -11,6 +11,7 @@
 #include "hetobs/common/log.h"
 #include "hetobs/common/net.h"
 #include "hetobs/observe/runtime.h"
+#include "hetobs/record/recorder.h"
 
 namespace hetobs {
 
@@ -43,9 +44,11 @@ Endpoint::Endpoint(CommConfig cfg) : cfg_(std::move(cfg)) {
   rc.abort_on_hang = cfg_.abort_on_hang;
   rc.dump_signal = cfg_.dump_signal;
   rc.records = cfg_.records;
-  Runtime& runtime = Runtime::init(rc);
+  Runtime* runtime = cfg_.watchdog ? &Runtime::init(rc) : nullptr;
+  if (!runtime) Recorder::instance().configure(cfg_.records);
   listener_ = std::make_unique<Listener>(cred_, "0.0.0.0");
-  listener_->setControlHandler([&runtime](const std::string& req) { return runtime.handleControl(req); });
+  if (runtime)
+    listener_->setControlHandler([runtime](const std::string& req) { return runtime->handleControl(req); });
   card_.rank = cfg_.rank;
   card_.pid = int(getpid());
   card_.host_key = localHostKey();

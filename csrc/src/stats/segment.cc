@@ -102,6 +102,7 @@ std::unique_ptr<Segment> Segment::create(const SegmentConfig& cfg) {
   strncpy(h->job, cfg.job.c_str(), sizeof h->job - 1);
   strncpy(h->host, cfg.host.c_str(), sizeof h->host - 1);
   h->hang_timeout_s = cfg.hang_timeout_s;
+  h->wall_minus_mono_ns = monoToWallNs(0);
   h->heartbeat_ns.store(wallNs());
   h->last_progress_ns.store(wallNs());
   for (uint32_t i = 0; i < cfg.comm_capacity; ++i) new (base + commsOff + i * sizeof(CommStats)) CommStats();

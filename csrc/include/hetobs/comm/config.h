@@ -20,6 +20,7 @@ struct CommConfig {
   size_t small_bytes = 65536;        // all_reduce latency path threshold
   size_t shm_ring_bytes = 4 << 20;   // per incoming ring, shrunk for many local peers
   // Observation (the watchdog issue): where dumps go and when the watchdog fires.
+  bool watchdog = true;  // false: no watchdog, stats segment or dumps (records stay private)
   std::string dir = "/tmp/hetobs";
   double hang_timeout_s = 300.0;
   bool abort_on_hang = false;

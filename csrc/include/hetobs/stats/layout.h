@@ -53,6 +53,8 @@ struct StatsHeader {
   std::atomic<uint32_t> state;            // RankState
   std::atomic<uint32_t> comms_used;
   std::atomic<uint32_t> links_used;
+  uint32_t reserved1;
+  int64_t wall_minus_mono_ns;  // record times are monotonic: add this for wall-clock ns
 };
 static_assert(sizeof(StatsHeader) <= kHeaderBytes, "stats header fits its page");
 

@@ -1,0 +1,260 @@
+"""`diagnose(options) -> Report`: load, then run the stages of DESIGN.md in order.
+
+1. reachability (reach.py), 2. matching by sequence id (matcher.py) with cascades
+attributed to their root (causes.py), 3. the progress walk inside a collective
+everyone joined (progress.py), 4. cycles of waits (deadlock.py) and, advisory, slow
+ranks and links (perf.py). Verdicts that explain the same ranks are merged so each
+culprit is named once, by the most specific finding; victims are never blamed.
+
+A library: never prints, never exits. Bad input becomes data problems in the report;
+only impossible options raise (`OptionsError`, a ValueError).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from . import live
+from .causes import Cause, parse_cause
+from .deadlock import find_deadlocks
+from .frloader import load_fr
+from .job import LoadedJob, OptionsError
+from .loader import load_job
+from .matcher import Stuck, few, find_stuck, mismatch_verdicts, not_joined_verdict
+from .perf import slow_link_verdicts, straggler_verdicts
+from .progress import walk
+from .reach import Reach, assess, verdict_for
+from .types import DataProblem, Options, RankState, Report, Status, Verdict, VerdictKind
+
+__all__ = ["diagnose", "DEFAULT_HANG_TIMEOUT_S"]
+
+DEFAULT_HANG_TIMEOUT_S = 300.0
+MIN_EXCLUDE_CONFIDENCE = 0.5
+
+
+def _load(options: Options) -> LoadedJob:
+    if (options.job_dir is None) == (options.fr_dir is None):
+        raise OptionsError("name exactly one input: a job directory or a Flight Recorder directory")
+    return load_fr(options) if options.fr_dir is not None else load_job(options)
+
+
+def diagnose(options: Options) -> Report:
+    job = _load(options)
+    notes = list(job.notes)
+    if job.source == "hetobs" and options.request_dump is not None:
+        last = options.last_progress(Path(options.job_dir)) if options.last_progress and options.job_dir else None
+        if live.wants_fresh_dump(job, options, last):
+            inc, err = live.request_fresh_dump(options, Path(options.job_dir))  # type: ignore[arg-type]
+            if inc is not None:
+                notes.append(f"the job is live: diagnosed a fresh on-demand dump ({inc})")
+                job = load_job(_with_incident(options, inc))
+            else:
+                notes.append(f"the job looks live but no on-demand dump arrived: {err}")
+    report = Report(job=job.job, status=Status.NO_DATA, data_problems=list(job.problems), incident=job.incident,
+                    source=job.source, world_size=job.world_size, notes=notes)
+    if not job.dumps:
+        return _without_dumps(job, report)
+    stall_s = options.stall_s if options.stall_s is not None else 0.9 * (job.hang_timeout_s() or DEFAULT_HANG_TIMEOUT_S)
+    _judge(job, report, stall_s, options)
+    return report
+
+
+def _with_incident(options: Options, incident: str) -> Options:
+    from dataclasses import replace
+    return replace(options, incident=incident, request_dump=None)
+
+
+def _without_dumps(job: LoadedJob, report: Report) -> Report:
+    if job.source == "hetobs" and job.metas and not job.incidents:
+        if all(m.exited_cleanly for m in job.metas.values()):
+            report.status = Status.HEALTHY
+            report.notes.append(f"no incident: all {len(job.metas)} ranks exited cleanly")
+            report.ranks = [RankState(r, m.host, None, None, "exited") for r, m in sorted(job.metas.items())]
+            return report
+        report.notes.append("no incident recorded yet: the job may still be running; ask for an on-demand "
+                            "dump (`hetobs dump --job`) to judge it live")
+    return report
+
+
+def _causes(job: LoadedJob) -> dict[int, Cause]:
+    out: dict[int, Cause] = {}
+    for r, d in job.dumps.items():
+        texts = [v.cause for v in d.comms.values() if v.failed and v.cause]
+        if d.reason == "error" and d.cause:
+            texts.append(d.cause)
+        for t in texts:
+            c = parse_cause(t)
+            if c is not None and (r not in out or out[r].kind in ("other", "timeout")):
+                out[r] = c
+    return out
+
+
+def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> None:
+    causes = _causes(job)
+    closed_by: dict[int, list[int]] = {}
+    for r, c in causes.items():
+        if c.kind == "peer_closed" and not c.messengers:  # first-hand reports only
+            for x in c.culprits:
+                closed_by.setdefault(x, []).append(r)
+    reach = assess(job, options, closed_by)
+    stuck = find_stuck(job, stall_s)
+
+    verdicts: list[Verdict] = []
+    blamed: set[int] = set()
+
+    def add(v: Optional[Verdict]) -> None:
+        if v is not None:
+            verdicts.append(v)
+            blamed.update(v.ranks)
+
+    # Stage 1, strong cases: no dump and gone/stopped/silent at the incident.
+    pending_reach: list[Reach] = []
+    for r, rc in sorted(reach.items()):
+        if rc.state == "dumped":
+            continue
+        v = verdict_for(rc, nothing_else=False)
+        if v is not None:
+            add(v)
+        elif rc.state not in ("exited",):
+            pending_reach.append(rc)
+        elif rc.closed_by:
+            add(Verdict(VerdictKind.RANK_NOT_JOINED, [r], f"rank {r} exited while its peers still needed it",
+                        rc.evidence, confidence=0.6))
+
+    # Stage 2: mismatches by majority, then who never joined (deadlocks first: they explain both sides).
+    for v in mismatch_verdicts(job, stuck):
+        if v.confidence >= MIN_EXCLUDE_CONFIDENCE:
+            add(v)
+        else:
+            verdicts.append(v)  # no majority: names every side, blames none
+    for v in find_deadlocks(job, stuck):
+        add(v)
+    for st in stuck:
+        nj = [r for r in st.not_joined if r not in blamed]
+        if nj:
+            add(not_joined_verdict(job, st, nj))
+
+    # Causes that name a culprit the stages above did not (transport failures between live ranks).
+    for v in _transport_verdicts(job, causes, blamed):
+        add(v)
+
+    # Stage 3: inside collectives every rank joined.
+    for st in stuck:
+        if st.not_joined or st.failed or any(r in blamed for r in st.members if r in st.no_dump):
+            continue
+        for v in walk(job, st, stall_s):
+            add(v)
+
+    # Stage 1, weak cases: blamed only when nothing else explains the incident.
+    nothing_else = not any(v.kind.is_fault and v.confidence >= MIN_EXCLUDE_CONFIDENCE for v in verdicts)
+    if nothing_else:
+        for rc in pending_reach:
+            add(verdict_for(rc, nothing_else=True))
+
+    # Stage 4b: advisory.
+    verdicts.extend(straggler_verdicts(job))
+    verdicts.extend(slow_link_verdicts(job))
+
+    verdicts.sort(key=lambda v: (not v.kind.is_fault, -v.confidence))
+    report.verdicts = verdicts
+    hung = [st for st in stuck if st.waiting or st.failed]
+    if any(v.kind.is_fault for v in verdicts):
+        report.status = Status.FAULT
+    elif hung:
+        report.status = Status.FAULT
+        st = hung[0]
+        report.notes.append(f"{len(st.waiting) + len(st.failed)} rank(s) are stuck or failed in {st.op} seq {st.seq} "
+                            f"on comm {st.comm}, but no culprit could be localized from the dumps")
+    else:
+        report.status = Status.HEALTHY
+    report.exclude_hosts = _exclude_hosts(job, verdicts)
+    report.ranks = _rank_table(job, reach, stuck)
+    if job.incident_time_ns is None and job.source == "hetobs":
+        report.data_problems.append(DataProblem(job.incident or "", "no dump carries time_ns"))
+
+
+def _transport_verdicts(job: LoadedJob, causes: dict[int, Cause], blamed: set[int]) -> list[Verdict]:
+    out: list[Verdict] = []
+    seen: set[tuple[int, int]] = set()
+    for r, c in sorted(causes.items()):
+        if c.kind != "transport" or c.messengers:
+            continue  # forwarded news names no link of the forwarding rank
+        for peer in c.culprits:
+            if peer == r or peer in blamed or r in blamed or peer not in job.dumps:
+                continue
+            if causes.get(peer) is not None and causes[peer].kind not in ("transport", "other", "peer_closed"):
+                continue  # the peer failed for its own reason first
+            link = (min(r, peer), max(r, peer))
+            if link in seen:
+                continue
+            seen.add(link)
+            out.append(Verdict(VerdictKind.TRANSPORT_ERROR, [], f"the connection between ranks {r} and {peer} failed "
+                               f"while both were alive", [f"rank {r} reported: {c.root_text}",
+                                                         f"rank {peer} left a dump: it was alive at the incident"],
+                               links=[(r, peer)], confidence=0.75))
+    return out
+
+
+def _exclude_hosts(job: LoadedJob, verdicts: list[Verdict]) -> list[str]:
+    hosts: list[str] = []
+    for v in verdicts:
+        if not v.kind.is_fault or v.confidence < MIN_EXCLUDE_CONFIDENCE:
+            continue
+        if v.kind in (VerdictKind.OP_MISMATCH, VerdictKind.DEADLOCK):
+            continue  # a program bug, not a machine's fault
+        ranks = list(v.ranks) + [x for link in v.links for x in link]
+        for r in ranks:
+            h = job.host_of(r)
+            if h and h not in hosts:
+                hosts.append(h)
+    return hosts
+
+
+def _rank_table(job: LoadedJob, reach: dict[int, Reach], stuck: list[Stuck]) -> list[RankState]:
+    ws = job.world_size or 0
+    stuck_of: dict[int, Stuck] = {}
+    role: dict[int, str] = {}
+    awaited: dict[int, list[int]] = {}  # id(stuck) -> the ranks its waiting ranks wait for
+    for st in stuck:
+        awaited[id(st)] = sorted(set(st.not_joined) | set(st.no_dump))[:8]
+        for r in st.members:
+            stuck_of.setdefault(r, st)
+        for r in st.not_joined:
+            role.setdefault(r, "not_joined")
+        for r in st.failed:
+            role.setdefault(r, "failed")
+        for r in st.waiting:
+            role.setdefault(r, "in_op")
+    rows: list[RankState] = []
+    for r in range(ws):
+        d = job.dumps.get(r)
+        host = job.host_of(r)
+        rc = reach.get(r)
+        if d is None:
+            state = rc.state if rc is not None and rc.state != "unknown" else "no_dump"
+            rows.append(RankState(r, host, None, None, state))
+            continue
+        st = stuck_of.get(r)
+        comm = st.comm if st is not None else next(iter(d.comms), None)
+        view = d.comms.get(comm) if comm is not None else None
+        if view is None and d.comms:
+            comm, view = next(iter(d.comms.items()))
+        op = seq = None
+        waiting_on: list[int] = []
+        state = role.get(r, "idle")
+        if view is not None and view.in_flight is not None:
+            op, seq = view.in_flight.rec.op, view.in_flight.rec.seq or view.in_flight.rec.p2p_seq
+            if state == "idle":
+                state = "in_op"
+            waiting_on = [p.peer for p in view.in_flight.peers
+                          if p.recv_posted is not None and p.received is not None and p.received < p.recv_posted]
+        elif view is not None and view.recent:
+            last = view.recent[-1]
+            op, seq = last.op, last.seq or last.p2p_seq
+            if state == "idle" and last.state == "failed":
+                state = "failed"
+        if st is not None and r in st.waiting:
+            waiting_on = awaited[id(st)] or waiting_on
+        rows.append(RankState(r, host, op, seq, state, waiting_on[:8], comm))
+    return rows

@@ -1,0 +1,157 @@
+"""A job directory as a library sees it: rank metadata, incidents, on-demand dumps.
+
+Layout and formats: docs/dump-schema.md. Reading is tolerant (a missing or corrupt
+rank file is reported, not raised); asking for dumps goes peer to peer over each
+rank's side channel, so it reaches every host and works with any rank stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["JobNotFound", "RankFile", "OnDemandResult", "job_path", "read_ranks", "request_dump", "incidents"]
+
+
+class JobNotFound(FileNotFoundError):
+    """No job directory (or no rank metadata in it) for this job id."""
+
+
+@dataclass(frozen=True)
+class RankFile:
+    rank: int
+    path: str
+    data: dict[str, Any] | None  # None when unreadable
+    problem: str | None = None
+
+
+@dataclass
+class OnDemandResult:
+    incident: str
+    asked: list[int] = field(default_factory=list)
+    answered: list[int] = field(default_factory=list)
+    unanswered: dict[int, str] = field(default_factory=dict)  # rank -> why
+    skipped: dict[int, str] = field(default_factory=dict)  # rank -> why (exited cleanly, no address)
+    files: dict[int, str] = field(default_factory=dict)  # rank -> dump written
+    missing: list[int] = field(default_factory=list)  # answered but no file before the deadline
+
+
+def job_path(root: str, job: str) -> str:
+    if not job or "/" in job or job in (".", ".."):
+        raise ValueError(f"job id {job!r}: expected a plain name")
+    return os.path.join(root, job)
+
+
+def read_ranks(job_dir: str) -> dict[int, RankFile]:
+    """Every ranks/rank-<r>.json, readable or not. Raises JobNotFound if there is none."""
+    ranks_dir = os.path.join(job_dir, "ranks")
+    try:
+        names = os.listdir(ranks_dir)
+    except FileNotFoundError:
+        raise JobNotFound(f"{job_dir}: no such job directory (is HETOBS_DIR / --dir right?)") from None
+    out: dict[int, RankFile] = {}
+    for name in names:
+        if not (name.startswith("rank-") and name.endswith(".json")) or not name[5:-5].isdigit():
+            continue
+        rank = int(name[5:-5])
+        path = os.path.join(ranks_dir, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            if not isinstance(data, dict) or data.get("schema") != "hetobs.rank":
+                out[rank] = RankFile(rank, path, None, "not a hetobs rank file (schema)")
+            elif not str(data.get("version", "")).startswith("1."):
+                out[rank] = RankFile(rank, path, None, f"rank file version {data.get('version')} is not 1.x")
+            else:
+                out[rank] = RankFile(rank, path, data)
+        except (OSError, ValueError) as e:
+            out[rank] = RankFile(rank, path, None, f"unreadable: {e}")
+    if not out:
+        raise JobNotFound(f"{job_dir}: no rank metadata (ranks/rank-<r>.json)")
+    return out
+
+
+def incidents(job_dir: str) -> list[str]:
+    """Incident ids present, oldest first by their newest dump's modification time."""
+    base = os.path.join(job_dir, "incidents")
+    try:
+        names = [n for n in os.listdir(base) if os.path.isdir(os.path.join(base, n))]
+    except FileNotFoundError:
+        return []
+
+    def newest(n: str) -> float:
+        d = os.path.join(base, n)
+        times = [os.path.getmtime(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".json")]
+        return max(times, default=0.0)
+
+    return sorted(names, key=newest)
+
+
+def request_dump(job_dir: str, *, secret: str | None = None, timeout: float = 10.0,
+                 cause: str = "hetobs dump (on demand)") -> OnDemandResult:
+    """Ask every live rank of the job to dump now, into one new incident; wait (bounded) for the files.
+
+    Ranks marked exited_cleanly are skipped. Each rank's answer comes from its own side
+    channel; a stopped or dead rank shows up in `unanswered`.
+    """
+    from . import _core
+
+    ranks = read_ranks(job_dir)
+    secret = os.environ.get("HETOBS_SECRET", "") if secret is None else secret
+    incident = f"ondemand-{int(time.time() * 1000)}-{secrets.token_hex(2)}"
+    result = OnDemandResult(incident)
+    request = f"dump\n{incident}\non_demand\n-1\n{cause}"
+    targets: list[tuple[int, str, int, str]] = []
+    for rank, rf in sorted(ranks.items()):
+        if rf.data is None:
+            result.skipped[rank] = rf.problem or "unreadable rank file"
+            continue
+        if rf.data.get("exited_cleanly"):
+            result.skipped[rank] = "exited cleanly"
+            continue
+        sc = rf.data.get("side_channel") or {}
+        if not sc.get("port"):
+            result.skipped[rank] = "no side-channel address"
+            continue
+        targets.append((rank, str(sc.get("ip", "127.0.0.1")), int(sc["port"]), str(rf.data.get("job", ""))))
+    lock = threading.Lock()
+
+    def ask(rank: int, ip: str, port: int, job: str) -> None:
+        try:
+            reply = _core.side_channel_request(ip, port, job, secret, request, min(timeout, 3.0))
+            ok, why = reply.startswith("ok"), reply
+        except Exception as e:  # an unreachable rank is a result, not an error
+            ok, why = False, str(e)
+        with lock:
+            result.asked.append(rank)
+            if ok:
+                result.answered.append(rank)
+            else:
+                result.unanswered[rank] = why
+
+    threads = [threading.Thread(target=ask, args=t, daemon=True) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    result.asked.sort()
+    result.answered.sort()
+    deadline = time.monotonic() + timeout
+    pending = set(result.answered)
+    inc_dir = os.path.join(job_dir, "incidents", incident)
+    while pending:
+        for rank in sorted(pending):
+            path = os.path.join(inc_dir, f"rank-{rank}.json")
+            if os.path.exists(path):
+                result.files[rank] = path
+        pending -= set(result.files)
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)  # files appear via rename; there is no event to wait on across hosts
+    result.missing = sorted(pending)
+    return result

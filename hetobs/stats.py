@@ -1,0 +1,246 @@
+"""Read a rank's live stats segment from outside the process (layout: csrc/include/hetobs/stats/layout.h).
+
+The reader never locks the writer: communicator stats and records carry a seqlock
+(odd while written), so a copy is retried until two reads of the version agree.
+A segment whose process is gone, or whose pid now belongs to another process
+(start time differs), is reported `stale` rather than trusted.
+"""
+
+from __future__ import annotations
+
+import glob
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Iterator
+
+__all__ = [
+    "StatsError", "RankStats", "CommStats", "LinkStats", "OpKindStats", "read_segment", "segment_paths",
+    "process_state", "OP_KINDS", "LATENCY_BUCKETS",
+]
+
+MAGIC = b"HTBSTATS"
+VERSION = 1
+OP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier", "send",
+            "recv")
+LATENCY_BUCKETS = 24  # bucket b: duration < 2**b microseconds (the last one: everything above)
+_DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+_STATES = ("enqueued", "started", "completed", "failed")
+_ALGOS = ("none", "ring", "direct", "chain", "p2p")
+
+# (offset, struct format) of the header fields read here; tests check them against the C++ offsets.
+_HEADER = struct.Struct("<8sII" "IIIIII" "QQQQ" "iiii" "Q" "64s64s" "d" "qq" "QQQ" "III" "I" "q")
+_HEADER_FIELDS = (
+    "magic", "version", "header_bytes",
+    "comm_capacity", "comm_bytes", "link_capacity", "link_bytes", "record_capacity", "record_bytes",
+    "comms_offset", "links_offset", "records_offset", "total_bytes",
+    "pid", "rank", "world_size", "reserved0",
+    "process_start_ticks", "job", "host", "hang_timeout_s",
+    "heartbeat_ns", "last_progress_ns", "hangs_detected", "dumps_written", "records_next",
+    "state", "comms_used", "links_used", "reserved1", "wall_minus_mono_ns",
+)
+_COMM_HEAD = struct.Struct("<QQiiQQQqII")  # version .. failed (64 bytes)
+_OPKIND = struct.Struct("<QQQQ" + "Q" * LATENCY_BUCKETS)
+_LINK = struct.Struct("<Qii8s" "QQQQqq" "QQQQQQQq")
+_RECORD = struct.Struct("<QQQQQQQQqqqddiiiBBBBBBB5x96s")
+
+
+class StatsError(ValueError):
+    """A stats segment cannot be read: missing, truncated, foreign or of another version."""
+
+
+@dataclass(frozen=True)
+class OpKindStats:
+    calls: int
+    bytes: int
+    errors: int
+    total_ns: int
+    latency: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CommStats:
+    comm_id: int
+    size: int
+    rank: int
+    coll_seq: int
+    p2p_seq: int
+    inflight_record: int | None  # record id of the running op
+    inflight_start_ns: int | None  # wall clock
+    inflight_op: str | None
+    failed: bool
+    ops: dict[str, OpKindStats]
+
+
+@dataclass(frozen=True)
+class LinkStats:
+    comm_id: int
+    peer: int
+    global_peer: int
+    transport: str
+    bytes_sent: int
+    bytes_recv: int
+    frames_sent: int
+    frames_recv: int
+    busy_ns: int
+    last_activity_ns: int  # wall clock, 0 if never
+    progress: dict[str, int]
+
+
+@dataclass(frozen=True)
+class RankStats:
+    path: str
+    job: str
+    rank: int
+    world_size: int
+    pid: int
+    host: str
+    process_start_ticks: int
+    hang_timeout_s: float
+    heartbeat_ns: int
+    last_progress_ns: int
+    hangs_detected: int
+    dumps_written: int
+    exited_cleanly: bool
+    process: str  # alive | stopped | dead | reused | unknown
+    comms: list[CommStats] = field(default_factory=list)
+    links: list[LinkStats] = field(default_factory=list)
+    records: list[dict[str, object]] = field(default_factory=list)
+
+    @property
+    def stale(self) -> bool:
+        """True when the segment's process is gone: its numbers are history, not live state."""
+        return self.process in ("dead", "reused")
+
+
+def process_state(pid: int, start_ticks: int, proc: str = "/proc") -> str:
+    """'alive', 'stopped' (SIGSTOP / traced), 'dead', 'reused' (pid now another process) or 'unknown'."""
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as f:
+            raw = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return "dead"
+    except OSError:
+        return "unknown"
+    rest = raw[raw.rfind(")") + 2:].split()
+    if len(rest) < 20:
+        return "unknown"
+    if start_ticks and int(rest[19]) != start_ticks:
+        return "reused"
+    if rest[0] in ("Z", "X"):
+        return "dead"
+    return "stopped" if rest[0] in ("T", "t") else "alive"
+
+
+def segment_paths(job: str, shm_dir: str = "/dev/shm") -> list[str]:
+    """Every rank's segment of `job` on this node, sorted by rank."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in job)[:100]
+    paths = glob.glob(os.path.join(shm_dir, f"hetobs-stats-{glob.escape(safe)}-r*"))
+
+    def rank_of(p: str) -> int:
+        tail = p.rsplit("-r", 1)[-1]
+        return int(tail) if tail.isdigit() else 1 << 30
+
+    return sorted(paths, key=rank_of)
+
+
+def _seqlocked(buf: mmap.mmap, offset: int, size: int) -> bytes:
+    for _ in range(1000):
+        v1 = struct.unpack_from("<Q", buf, offset)[0]
+        if v1 & 1:
+            continue
+        data = buf[offset:offset + size]
+        if struct.unpack_from("<Q", buf, offset)[0] == v1:
+            return data
+    return buf[offset:offset + size]  # a writer stuck mid-update (stopped): take what is there
+
+
+def _cstr(b: bytes) -> str:
+    return b.split(b"\0", 1)[0].decode(errors="replace")
+
+
+def _records(buf: mmap.mmap, h: dict[str, int], offset_ns: int, limit: int) -> Iterator[dict[str, object]]:
+    cap, size, base, end = h["record_capacity"], h["record_bytes"], h["records_offset"], h["records_next"]
+    start = max(0, end - cap, end - limit)
+    for rid in range(start, end):
+        raw = _seqlocked(buf, base + (rid % cap) * size, _RECORD.size)
+        v = _RECORD.unpack(raw)
+        if v[1] != rid:
+            continue  # overwritten while we read
+        op = OP_KINDS[v[16]] if v[16] < len(OP_KINDS) else "invalid"
+        yield {
+            "record_id": rid, "comm_id": v[2], "collective_seq_id": v[3], "p2p_seq_id": v[4], "op": op,
+            "count": v[5], "out_count": v[6], "bytes": v[7],
+            "time_created_ns": v[8] + offset_ns if v[8] else None,
+            "time_discovered_started_ns": v[9] + offset_ns if v[9] else None,
+            "time_discovered_completed_ns": v[10] + offset_ns if v[10] else None,
+            "algbw_gbps": v[11], "busbw_gbps": v[12], "root_or_peer": v[13], "comm_size": v[14], "comm_rank": v[15],
+            "dtype": _DTYPES[v[17]] if v[17] < len(_DTYPES) else "invalid",
+            "state": _STATES[v[19]] if v[19] < len(_STATES) else "invalid",
+            "algorithm": _ALGOS[v[20]] if v[20] < len(_ALGOS) else "invalid",
+            "error": _cstr(v[23]) or None,
+        }
+
+
+def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankStats:
+    """Read one segment. `records`: how many of the newest op records to include.
+
+    Raises StatsError naming the file for anything that is not a readable v1 segment.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise StatsError(f"{path}: cannot open ({e.strerror})") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size < _HEADER.size:
+            raise StatsError(f"{path}: truncated ({size} bytes; not a hetobs stats segment)")
+        buf = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    try:
+        h = dict(zip(_HEADER_FIELDS, _HEADER.unpack_from(buf, 0)))
+        if h["magic"] != MAGIC:
+            raise StatsError(f"{path}: not a hetobs stats segment (magic {h['magic']!r})")
+        if h["version"] != VERSION:
+            raise StatsError(f"{path}: stats layout version {h['version']}, this hetobs reads version {VERSION}")
+        if h["total_bytes"] > size:
+            raise StatsError(f"{path}: truncated ({size} of {h['total_bytes']} bytes)")
+        comms = []
+        for i in range(min(h["comms_used"], h["comm_capacity"])):
+            off = h["comms_offset"] + i * h["comm_bytes"]
+            raw = _seqlocked(buf, off, h["comm_bytes"])
+            v = _COMM_HEAD.unpack_from(raw, 0)
+            ops = {}
+            for k, name in enumerate(OP_KINDS):
+                o = _OPKIND.unpack_from(raw, _COMM_HEAD.size + k * _OPKIND.size)
+                ops[name] = OpKindStats(o[0], o[1], o[2], o[3], tuple(o[4:]))
+            comms.append(CommStats(
+                comm_id=v[1], size=v[2], rank=v[3], coll_seq=v[4], p2p_seq=v[5],
+                inflight_record=v[6] - 1 if v[6] else None, inflight_start_ns=v[7] if v[6] else None,
+                inflight_op=OP_KINDS[v[8]] if v[6] and v[8] < len(OP_KINDS) else None,
+                failed=bool(v[9]), ops=ops))
+        links = []
+        offset_ns = h["wall_minus_mono_ns"]
+        for i in range(min(h["links_used"], h["link_capacity"])):
+            v = _LINK.unpack_from(buf, h["links_offset"] + i * h["link_bytes"])
+            links.append(LinkStats(
+                comm_id=v[0], peer=v[1], global_peer=v[2], transport=_cstr(v[3]),
+                bytes_sent=v[4], bytes_recv=v[5], frames_sent=v[6], frames_recv=v[7], busy_ns=v[8],
+                last_activity_ns=v[9] + offset_ns if v[9] else 0,
+                progress=dict(zip(("send_posted", "send_sent", "send_acked", "send_done", "recv_posted",
+                                   "recv_received", "recv_done"), v[10:17]),
+                              last_change_ns=v[17] + offset_ns if v[17] else 0)))
+        recs = list(_records(buf, h, offset_ns, records)) if records else []
+        return RankStats(
+            path=path, job=_cstr(h["job"]), rank=h["rank"], world_size=h["world_size"], pid=h["pid"],
+            host=_cstr(h["host"]), process_start_ticks=h["process_start_ticks"], hang_timeout_s=h["hang_timeout_s"],
+            heartbeat_ns=h["heartbeat_ns"], last_progress_ns=h["last_progress_ns"],
+            hangs_detected=h["hangs_detected"], dumps_written=h["dumps_written"], exited_cleanly=h["state"] == 1,
+            process=process_state(h["pid"], h["process_start_ticks"], proc), comms=comms, links=links,
+            records=recs)
+    except struct.error as e:
+        raise StatsError(f"{path}: malformed ({e})") from None
+    finally:
+        buf.close()

@@ -1,0 +1,100 @@
+"""Network namespaces as stand-in hosts for tests (root only).
+
+`Hosts(n)` makes n namespaces ("hosts") plus a "switch" namespace holding a bridge
+that joins them, so nothing touches the root namespace's interfaces or firewall.
+Addresses come from 198.18.0.0/15 (the range set aside for network benchmarks).
+
+Everything is removed in `close()` (and by the context manager), even when a test
+fails: deleting a namespace deletes its interfaces and its iptables rules with it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+
+__all__ = ["Hosts", "netns_available", "NETNS_SKIP_REASON"]
+
+
+def _run(*args: str) -> None:
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
+
+
+def _why_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "network namespaces need root (CI runs as root)"
+    if not shutil.which("ip"):
+        return "iproute2's `ip` is not installed (scripts/setup.sh installs it)"
+    probe = f"hetobs-probe-{uuid.uuid4().hex[:6]}"
+    try:
+        _run("ip", "netns", "add", probe)
+    except (subprocess.CalledProcessError, OSError) as e:
+        return f"cannot create a network namespace here: {e}"
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return None
+
+
+NETNS_SKIP_REASON = _why_unavailable()
+
+
+def netns_available() -> bool:
+    return NETNS_SKIP_REASON is None
+
+
+class Hosts:
+    """n namespaces ("hosts") on one bridge; host i has address 198.18.0.(i+1)."""
+
+    def __init__(self, n: int) -> None:
+        tag = uuid.uuid4().hex[:6]
+        self.switch = f"hsw-{tag}"
+        self.names = [f"hh{i}-{tag}" for i in range(n)]
+        self.addrs = [f"198.18.0.{i + 1}" for i in range(n)]
+        self._made: list[str] = []
+        try:
+            self._build(tag)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, tag: str) -> None:
+        _run("ip", "netns", "add", self.switch)
+        self._made.append(self.switch)
+        _run("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
+        _run("ip", "-n", self.switch, "link", "set", "br0", "up")
+        for i, ns in enumerate(self.names):
+            _run("ip", "netns", "add", ns)
+            self._made.append(ns)
+            host_if, sw_if = "eth0", f"p{i}"
+            _run("ip", "link", "add", f"v{i}{tag}", "netns", ns, "type", "veth", "peer", "name", sw_if,
+                 "netns", self.switch)
+            _run("ip", "-n", ns, "link", "set", f"v{i}{tag}", "name", host_if)
+            _run("ip", "-n", ns, "addr", "add", f"{self.addrs[i]}/24", "dev", host_if)
+            _run("ip", "-n", ns, "link", "set", host_if, "up")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+            _run("ip", "-n", self.switch, "link", "set", sw_if, "master", "br0")
+            _run("ip", "-n", self.switch, "link", "set", sw_if, "up")
+
+    def prefix(self, i: int) -> list[str]:
+        """argv prefix that runs a command on host i."""
+        return ["ip", "netns", "exec", self.names[i]]
+
+    def run(self, i: int, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*self.prefix(i), *args], check=True, capture_output=True, text=True, timeout=30)
+
+    def link_down(self, i: int) -> None:
+        """Cut host i off (its switch port goes down)."""
+        _run("ip", "-n", self.switch, "link", "set", f"p{i}", "down")
+
+    def close(self) -> None:
+        for ns in reversed(self._made):
+            subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._made.clear()
+
+    def __enter__(self) -> "Hosts":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,636 @@
+"""The diagnosis engine on synthetic dumps: one test per verdict kind and per data problem.
+
+No processes: each test builds a job directory with tests/diagnosis_factory.py (the
+style of torch's test_fr_analysis.py), bends one thing, and checks that the engine
+names exactly the culprit — and no innocent rank — with evidence quoting the numbers.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+from pathlib import Path
+
+import pytest
+
+from diagnosis_factory import (
+    HOST_KEY, T0, JobSpec, fake_proc, local_key, make_comm, make_dump, make_entry, make_in_flight, make_link,
+    make_peer, ring_progress, stacks,
+)
+from hetobs.diagnosis import Options, OptionsError, Status, VerdictKind, diagnose
+from hetobs.diagnosis.causes import parse_cause
+from hetobs.diagnosis.fastread import IntListTable, read_document
+from hetobs.diagnosis.stacks import innermost_frame
+
+
+def run(job_dir: Path, **kw: object) -> "object":
+    kw.setdefault("host_key", "not-this-host")
+    return diagnose(Options(job_dir=job_dir, **kw))  # type: ignore[arg-type]
+
+
+def kinds(report) -> list[str]:  # type: ignore[no-untyped-def]
+    return [v.kind.value for v in report.verdicts]
+
+
+def faults(report) -> list:  # type: ignore[no-untyped-def]
+    return [v for v in report.verdicts if v.kind.is_fault]
+
+
+def blamed(report) -> set[int]:  # type: ignore[no-untyped-def]
+    out: set[int] = set()
+    for v in faults(report):
+        out.update(v.ranks)
+        for s, d in v.links:
+            out.update((s, d))
+    return out
+
+
+# --- one test per verdict kind --------------------------------------------------------
+
+@pytest.mark.parametrize("culprit", [0, 2, 3])
+def test_rank_not_joined_names_it_and_where_it_is(tmp_path: Path, culprit: int) -> None:
+    job = JobSpec(4)
+    job.not_joined(culprit, where="sleep", line=88)
+    rep = run(job.write(tmp_path))
+    assert rep.status == Status.FAULT
+    assert kinds(rep) == ["rank_not_joined"]
+    v = rep.verdicts[0]
+    assert v.ranks == [culprit] and v.comm == 0 and v.seq == 17 and v.op == "all_reduce"
+    text = "\n".join(v.evidence)
+    assert "sleep at rank_programs.py:88" in text
+    assert "have waited for 5.0 s" in text
+    assert rep.exclude_hosts == [f"node{culprit // 2}"]
+    states = {r.rank: r.state for r in rep.ranks}
+    assert states[culprit] == "not_joined"
+    assert all(states[r] == "in_op" for r in range(4) if r != culprit)
+    assert all(r.waiting_on == [culprit] for r in rep.ranks if r.rank != culprit)
+
+
+def test_not_joined_rank_several_behind_and_in_another_op(tmp_path: Path) -> None:
+    job = JobSpec(4)
+    job.not_joined(1)
+    c = job.comm(1)
+    c["last_coll_seq"] = 12
+    job.dumps[1]["entries"] = [e for e in job.dumps[1]["entries"] if e["collective_seq_id"] <= 12]
+    job.dumps[1]["comms"].append(make_comm(5, [1, 3], 1, last_coll_seq=2,
+                                           in_flight=make_in_flight(3, op="broadcast", seconds=0.2)))
+    rep = run(job.write(tmp_path))
+    v = rep.verdicts[0]
+    assert v.kind == VerdictKind.RANK_NOT_JOINED and v.ranks == [1]
+    text = "\n".join(v.evidence)
+    assert "5 behind" in text and "in broadcast seq 3 on comm 5" in text
+
+
+def test_rank_dead_same_host_pid_gone(tmp_path: Path) -> None:
+    proc = fake_proc(tmp_path / "proc", {1000: ("S", 5000), 1001: ("S", 5001), 1003: ("S", 5003)})
+    key = local_key(proc)
+    job = JobSpec(4, host_key=key)
+    job.drop_dump(2)  # pid 1002 is not in the fake /proc
+    rep = run(job.write(tmp_path), proc_root=proc, host_key=None)
+    assert kinds(rep) == ["rank_dead"]
+    v = rep.verdicts[0]
+    assert v.ranks == [2] and v.confidence >= 0.9
+    text = "\n".join(v.evidence)
+    assert "pid 1002 no longer exists" in text and "got no answer" in text
+    assert {r.rank: r.state for r in rep.ranks}[2] == "dead"
+    assert any("no dump from rank(s) 2" in p.problem for p in rep.data_problems)
+
+
+def test_rank_dead_pid_reused_counts_as_gone(tmp_path: Path) -> None:
+    proc = fake_proc(tmp_path / "proc", {1002: ("S", 99999)})  # same pid, another process
+    job = JobSpec(4, host_key=local_key(proc))
+    job.drop_dump(2)
+    rep = run(job.write(tmp_path), proc_root=proc, host_key=None)
+    assert kinds(rep) == ["rank_dead"] and rep.verdicts[0].ranks == [2]
+    assert "another process" in "\n".join(rep.verdicts[0].evidence)
+
+
+def test_rank_unresponsive_stopped(tmp_path: Path) -> None:
+    proc = fake_proc(tmp_path / "proc", {1000 + r: ("T" if r == 1 else "S", 5000 + r) for r in range(4)})
+    job = JobSpec(4, host_key=local_key(proc))
+    job.drop_dump(1)
+    rep = run(job.write(tmp_path), proc_root=proc, host_key=None)
+    assert kinds(rep) == ["rank_unresponsive"]
+    assert rep.verdicts[0].ranks == [1]
+    assert "stopped (state T" in "\n".join(rep.verdicts[0].evidence)
+    assert {r.rank: r.state for r in rep.ranks}[1] == "stopped"
+
+
+def test_rank_on_other_host_unanswered_is_unresponsive(tmp_path: Path) -> None:
+    job = JobSpec(4)
+    job.drop_dump(3)
+    rep = run(job.write(tmp_path))
+    assert kinds(rep) == ["rank_unresponsive"] and rep.verdicts[0].ranks == [3]
+    assert "cannot be checked from here" in "\n".join(rep.verdicts[0].evidence)
+
+
+def test_dead_after_the_incident_is_not_a_culprit(tmp_path: Path) -> None:
+    """Post-mortem: every pid is gone now (the scheduler killed the job). Rank 3 answered at the
+    incident but its dump was lost; rank 2 never joined. Only rank 2 is blamed."""
+    proc = fake_proc(tmp_path / "proc", {})
+    job = JobSpec(4, host_key=local_key(proc))
+    job.not_joined(2)
+    job.dumps[3] = None  # answered (see side_channel of rank 0) but no dump file
+    rep = run(job.write(tmp_path), proc_root=proc, host_key=None)
+    assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("rank_not_joined", [2])]
+
+
+def test_gone_rank_blamed_when_nothing_else_explains(tmp_path: Path) -> None:
+    proc = fake_proc(tmp_path / "proc", {})
+    job = JobSpec(4, host_key=local_key(proc))
+    job.dumps[3] = None  # answered, gone now, nothing else wrong
+    rep = run(job.write(tmp_path), proc_root=proc, host_key=None)
+    assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("rank_dead", [3])]
+    assert rep.verdicts[0].confidence < 0.5
+    assert rep.exclude_hosts == []  # too unsure to exclude a host
+
+
+def test_exited_cleanly_is_not_a_fault(tmp_path: Path) -> None:
+    job = JobSpec(4, seconds=0.5)  # progressing: nobody waits long
+    job.dumps[3] = None
+    job.metas[3]["exited_cleanly"] = True
+    job.metas[3]["exit_time_ns"] = T0 + 10**9
+    rep = run(job.write(tmp_path))
+    assert rep.status == Status.HEALTHY and faults(rep) == []
+    assert {r.rank: r.state for r in rep.ranks}[3] == "exited"
+
+
+def test_all_exited_cleanly_without_incident_is_healthy(tmp_path: Path) -> None:
+    job = JobSpec(3)
+    for m in job.metas.values():
+        m["exited_cleanly"] = True
+    job_dir = job.write(tmp_path)
+    import shutil
+    shutil.rmtree(job_dir / "incidents")
+    rep = run(job_dir)
+    assert rep.status == Status.HEALTHY and rep.verdicts == []
+
+
+def test_op_mismatch_by_majority_names_only_the_deviant(tmp_path: Path) -> None:
+    """Every rank errored and exited; rank 2 called a different count. Only rank 2 is named."""
+    proc = fake_proc(tmp_path / "proc", {})  # all processes gone afterwards
+    job = JobSpec(4, seq=7, incident="error-c0-s7", host_key=local_key(proc))
+    msg = ("all_reduce seq 7 count 262144 float32 sum on comm 0 failed at rank {r}: op mismatch on comm 0: deviating "
+           "rank 2 (rank 2 called all_reduce seq 7 count 524288 float32 sum); ranks 0, 1, 3 called all_reduce seq 7 "
+           "count 262144 float32 sum (this rank: {r})")
+    job.fail_all({r: msg.format(r=r) for r in range(4)})
+    job.dumps[2]["entries"][-1]["count"] = 524288
+    rep = run(job.write(tmp_path), proc_root=proc, host_key=None)
+    assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("op_mismatch", [2])]
+    v = rep.verdicts[0]
+    assert v.seq == 7 and v.op == "all_reduce" and v.confidence >= 0.8
+    text = "\n".join(v.evidence)
+    assert "count 524288 instead of 262144" in text and "3 of 4 ranks" in text
+    assert rep.exclude_hosts == []  # a program bug: no host to exclude
+
+
+def test_op_mismatch_dtype_and_op(tmp_path: Path) -> None:
+    job = JobSpec(5, seq=9)
+    job.fail_all({r: "op mismatch" for r in range(5)})
+    job.dumps[4]["entries"][-1].update(op="broadcast", root=0, dtype="float16")
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("op_mismatch", [4])]
+    assert "op broadcast instead of all_reduce, dtype float16 instead of float32" in "\n".join(rep.verdicts[0].evidence)
+
+
+def test_op_mismatch_without_majority_says_so(tmp_path: Path) -> None:
+    job = JobSpec(4, seq=7)
+    job.fail_all({r: "op mismatch" for r in range(4)})
+    for r in (2, 3):
+        job.dumps[r]["entries"][-1]["count"] = 8
+    rep = run(job.write(tmp_path))
+    mism = [v for v in rep.verdicts if v.kind == VerdictKind.OP_MISMATCH]
+    assert len(mism) == 1
+    v = mism[0]
+    assert v.ranks == [0, 1, 2, 3] and v.confidence < 0.5
+    assert "no op has a majority" in "\n".join(v.evidence)
+    assert rep.status == Status.FAULT and rep.exclude_hosts == []
+
+
+def test_cascade_is_attributed_to_the_root_rank(tmp_path: Path) -> None:
+    """Rank 2 died; its neighbours errored with 'closed its connection' and the others were
+    aborted by them. Only rank 2 is blamed, never the neighbours that reported it."""
+    job = JobSpec(4, incident="error-c0-s17")
+    job.drop_dump(2)
+    closed = "all_reduce seq 17 count 262144 float32 sum on comm 0 failed at rank {r}: rank 2 (host node1, pid 1002) " \
+             "closed its connection (while this rank was receiving from it)"
+    aborted = "all_reduce seq 17 count 262144 float32 sum on comm 0 failed at rank 0: aborted by rank 1 (host node0, " \
+              "pid 1001): rank 2 (host node1, pid 1002) closed its connection (while this rank was sending)"
+    job.fail_all({1: closed.format(r=1), 3: closed.format(r=3), 0: aborted})
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("rank_dead", [2])]
+    text = "\n".join(rep.verdicts[0].evidence)
+    assert "rank(s) 1, 3 saw it close its connection" in text
+    assert blamed(rep) == {2}
+
+
+def test_link_stalled_names_src_dst(tmp_path: Path) -> None:
+    ring = [0, 1, 2, 3]
+    job = JobSpec(4, progress=ring_progress(ring, stalled_link=(1, 2)))
+    rep = run(job.write(tmp_path))
+    assert kinds(rep) == ["link_stalled"]
+    v = rep.verdicts[0]
+    assert v.links == [(1, 2)] and v.ranks == []
+    assert "rank 1 sent 5 frame(s) to rank 2" in v.evidence[0] and "rank 2 received 1 from rank 1" in v.evidence[0]
+    assert set(rep.exclude_hosts) == {"node0", "node1"}
+    assert rep.to_dict()["verdicts"][0]["links"] == [[1, 2]]
+
+
+def test_link_gap_that_is_still_moving_is_not_stalled(tmp_path: Path) -> None:
+    """Frames in flight are normal: a sent>received gap only counts when nothing moves."""
+    job = JobSpec(4, seconds=5.0, progress=ring_progress([0, 1, 2, 3], stalled_link=(1, 2)))
+    for r in range(4):
+        for p in job.comm(r)["in_flight"]["peers"]:
+            p["seconds_since_change"] = 0.01
+    rep = run(job.write(tmp_path))
+    assert "link_stalled" not in kinds(rep)
+
+
+def test_rank_stalled(tmp_path: Path) -> None:
+    job = JobSpec(5, progress=ring_progress(list(range(5)), stalled_rank=3))
+    rep = run(job.write(tmp_path))
+    assert kinds(rep) == ["rank_stalled"]
+    v = rep.verdicts[0]
+    assert v.ranks == [3]
+    assert "received 5 frame(s) from rank 2" in v.evidence[0] and "sent only 1 on to rank 4" in v.evidence[0]
+
+
+def test_deadlock_across_two_communicators(tmp_path: Path) -> None:
+    """Ranks 0,1 wait in comm 1 seq 5; ranks 2,3 wait in comm 2 seq 3; each needs the other pair."""
+    job = JobSpec(4)
+    for r in range(4):
+        d = job.dumps[r]
+        c0 = make_comm(0, [0, 1, 2, 3], r, last_coll_seq=16)
+        first = r < 2
+        c1 = make_comm(1, [0, 1, 2, 3], r, last_coll_seq=4 if first else 4,
+                       in_flight=make_in_flight(5, seconds=6.0) if first else None)
+        c2 = make_comm(2, [0, 1, 2, 3], r, last_coll_seq=2,
+                       in_flight=None if first else make_in_flight(3, op="all_gather", seconds=6.0))
+        if not first:
+            c1["last_coll_seq"] = 4
+        d["comms"] = [c0, c1, c2]
+        d["entries"] = [make_entry(s, comm=0, rank=r) for s in range(10, 17)]
+    rep = run(job.write(tmp_path))
+    assert kinds(rep) == ["deadlock"]
+    v = rep.verdicts[0]
+    assert v.ranks == [0, 1, 2, 3]
+    assert "comm 1 -> comm 2 -> comm 1" in v.summary
+    text = "\n".join(v.evidence)
+    assert "comm 1 (all_reduce seq 5) waits for rank(s) 2, 3" in text
+    assert "comm 2 (all_gather seq 3) waits for rank(s) 0, 1" in text
+
+
+def test_transport_error_between_live_ranks(tmp_path: Path) -> None:
+    job = JobSpec(4, incident="error-c0-s17")
+    job.fail_all({
+        1: "all_reduce seq 17 on comm 0 failed at rank 1: protocol error on the control link to rank 2 "
+           "(host node1, pid 1002)",
+        2: "all_reduce seq 17 on comm 0 failed at rank 2: aborted by rank 1 (host node0, pid 1001): protocol error "
+           "on the control link to rank 2 (host node1, pid 1002)",
+        0: "all_reduce seq 17 on comm 0 failed at rank 0: aborted by rank 1 (host node0, pid 1001): protocol error "
+           "on the control link to rank 2 (host node1, pid 1002)",
+        3: "all_reduce seq 17 on comm 0 failed at rank 3: aborted by rank 2 (host node1, pid 1002): protocol error "
+           "on the control link to rank 2 (host node1, pid 1002)",
+    })
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.links) for v in faults(rep)] == [("transport_error", [(1, 2)])]
+
+
+def _completed_history(job: JobSpec, *, late: dict[int, float], dur_s: float = 0.001, n: int = 16,
+                       skew_only: bool = False) -> None:
+    """Replace every rank's records by n completed all_reduces; rank r arrives late[r] s late."""
+    slowest = max(late.values(), default=0.0)
+    for r in range(job.world):
+        d = job.dumps[r]
+        lat = late.get(r, 0.0)
+        entries = []
+        for s in range(1, n + 1):
+            base = T0 - (n - s) * 200_000_000
+            start = base + int(lat * 1e9)
+            # everyone finishes together (after the slowest arrived) unless only the clock is off
+            end = (base + int((slowest + dur_s) * 1e9)) if not skew_only else start + int(dur_s * 1e9)
+            e = make_entry(s, rank=r, size=job.world, started_ns=start, duration_ns=end - start)
+            entries.append(e)
+        d["entries"] = entries
+        d["reason"] = "on_demand"
+        d["comms"] = [make_comm(0, list(range(job.world)), r, last_coll_seq=n)]
+
+
+def test_straggler_is_advisory(tmp_path: Path) -> None:
+    job = JobSpec(4)
+    _completed_history(job, late={3: 0.030})
+    rep = run(job.write(tmp_path))
+    assert rep.status == Status.HEALTHY  # slow but progressing: no fault
+    assert kinds(rep) == ["straggler"]
+    v = rep.verdicts[0]
+    assert v.ranks == [3] and "30.0 ms" in v.evidence[0]
+    assert rep.exclude_hosts == []
+
+
+def test_clock_skew_is_not_a_straggler(tmp_path: Path) -> None:
+    job = JobSpec(4)
+    _completed_history(job, late={3: 0.030}, skew_only=True)
+    rep = run(job.write(tmp_path))
+    assert rep.verdicts == [] and rep.status == Status.HEALTHY
+
+
+def test_slow_link_is_advisory(tmp_path: Path) -> None:
+    job = JobSpec(6, seconds=0.1)
+    for r in range(6):
+        nxt = (r + 1) % 6
+        busy = 10_000_000 if r != 4 else 200_000_000  # 100 MiB in 10 ms, except 4->5: 20x slower
+        job.comm(r)["links"] = [make_link(nxt, bytes_sent=100 << 20, busy_ns=busy)]
+    rep = run(job.write(tmp_path))
+    assert rep.status == Status.HEALTHY
+    assert [(v.kind.value, v.links) for v in rep.verdicts] == [("slow_link", [(4, 5)])]
+
+
+# --- no false alarms ------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(20))
+def test_no_false_alarm_on_healthy_runs(tmp_path: Path, seed: int) -> None:
+    """Healthy on-demand dumps: ranks at slightly different steps, all moving, jittery arrivals."""
+    import random
+    rnd = random.Random(seed)
+    world = rnd.randint(3, 8)
+    job = JobSpec(world, seconds=rnd.uniform(0.0, 0.5), progress=ring_progress(list(range(world)),
+                                                                               stalled_link=(0, 1)))
+    for r in range(world):
+        d = job.dumps[r]
+        d["reason"] = "on_demand"
+        for p in job.comm(r)["in_flight"]["peers"]:
+            p["seconds_since_change"] = rnd.uniform(0.0, 0.2)
+        if rnd.random() < 0.3:  # some ranks finished the op and compute
+            job.comm(r)["in_flight"] = None
+            job.comm(r)["last_coll_seq"] = job.seq
+        for e in d["entries"]:
+            if e["time_discovered_started_ns"] and e["state"] == "completed":
+                e["time_discovered_started_ns"] += rnd.randint(0, 400_000)
+        job.comm(r)["links"] = [make_link((r + 1) % world, bytes_sent=64 << 20,
+                                          busy_ns=int(rnd.uniform(40e6, 70e6)))]
+    rep = run(job.write(tmp_path))
+    assert rep.status == Status.HEALTHY, rep.to_json(indent=1)
+    assert faults(rep) == []
+
+
+def test_no_false_alarm_on_slow_but_progressing_run(tmp_path: Path) -> None:
+    """One rank 3x slower: the others wait for it every step, but everything moves."""
+    job = JobSpec(4, seconds=0.2)
+    _completed_history(job, late={1: 0.200}, dur_s=0.05)
+    for r in range(4):  # rank 1 is computing; the others wait in seq 17 for 0.2 s (< stall time)
+        if r != 1:
+            job.comm(r)["in_flight"] = make_in_flight(17, seconds=0.2, peers=[make_peer((r + 1) % 4, since_s=0.2)])
+    rep = run(job.write(tmp_path))
+    assert rep.status == Status.HEALTHY
+    assert faults(rep) == []
+    assert [v.ranks for v in rep.verdicts if v.kind == VerdictKind.STRAGGLER] == [[1]]
+
+
+def test_hang_without_culprit_is_still_a_fault(tmp_path: Path) -> None:
+    job = JobSpec(4)  # everyone in seq 17 for 5 s, counters all equal: nothing to localize
+    rep = run(job.write(tmp_path))
+    assert rep.status == Status.FAULT and faults(rep) == []
+    assert any("no culprit could be localized" in n for n in rep.notes)
+
+
+# --- data problems --------------------------------------------------------------------
+
+def test_missing_metadata_file(tmp_path: Path) -> None:
+    job = JobSpec(4)
+    job.not_joined(2)
+    job.metas[3] = None
+    rep = run(job.write(tmp_path))
+    assert any(p.problem.startswith("missing metadata of rank(s) 3") for p in rep.data_problems)
+    assert [v.ranks for v in faults(rep)] == [[2]]
+
+
+def test_no_metadata_at_all(tmp_path: Path) -> None:
+    job = JobSpec(4)
+    job.not_joined(1)
+    job.metas = {r: None for r in range(4)}
+    rep = run(job.write(tmp_path))
+    assert any("no rank metadata" in p.problem for p in rep.data_problems)
+    assert [v.ranks for v in faults(rep)] == [[1]]
+
+
+def test_truncated_dump(tmp_path: Path) -> None:
+    job = JobSpec(4)
+    job.not_joined(2)
+    job_dir = job.write(tmp_path)
+    path = job_dir / "incidents" / job.incident / "rank-1.json"
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+    rep = run(job_dir)
+    probs = {Path(p.path).name: p.problem for p in rep.data_problems}
+    assert probs["rank-1.json"].startswith("truncated JSON")
+    assert [v.ranks for v in faults(rep)] == [[2]]  # the other dumps still name the culprit
+
+
+def test_not_json_and_empty_file(tmp_path: Path) -> None:
+    job = JobSpec(4)
+    job.not_joined(2)
+    job_dir = job.write(tmp_path)
+    inc = job_dir / "incidents" / job.incident
+    (inc / "rank-1.json").write_bytes(b"\x00\xffgarbage")
+    (inc / "rank-3.json").write_text("")
+    (inc / ".rank-0.json.tmp").write_text("{")
+    rep = run(job_dir)
+    probs = {Path(p.path).name: p.problem for p in rep.data_problems}
+    assert "not UTF-8" in probs["rank-1.json"] or "not valid JSON" in probs["rank-1.json"]
+    assert probs["rank-3.json"].startswith("empty file")
+    assert "leftover temporary file" in probs[".rank-0.json.tmp"]
+
+
+def test_wrong_schema(tmp_path: Path) -> None:
+    job = JobSpec(4)
+    job.not_joined(2)
+    job.dumps[1]["schema"] = "torch.fr"
+    rep = run(job.write(tmp_path))
+    p = [p for p in rep.data_problems if p.path.endswith("rank-1.json")]
+    assert p and "schema is 'torch.fr', expected 'hetobs.dump'" in p[0].problem
+
+
+def test_newer_major_version(tmp_path: Path) -> None:
+    job = JobSpec(4)
+    job.not_joined(2)
+    job.dumps[3]["version"] = "2.0"
+    job.dumps[0]["version"] = "1.7"  # any 1.x is read
+    rep = run(job.write(tmp_path))
+    p = [p for p in rep.data_problems if p.path.endswith("rank-3.json")]
+    assert p and "version 2.0 is newer than this reader" in p[0].problem
+    assert not [p for p in rep.data_problems if p.path.endswith("rank-0.json")]
+
+
+def test_no_job_directory(tmp_path: Path) -> None:
+    rep = run(tmp_path / "nope")
+    assert rep.status == Status.NO_DATA
+    assert rep.data_problems[0].problem == "job directory does not exist"
+
+
+def test_unknown_incident_is_an_options_error(tmp_path: Path) -> None:
+    job_dir = JobSpec(3).write(tmp_path)
+    with pytest.raises(OptionsError, match="incident 'nope' not found"):
+        run(job_dir, incident="nope")
+
+
+def test_latest_incident_by_time_ns_and_named_incident(tmp_path: Path) -> None:
+    old = JobSpec(4, incident="hang-c0-s5")
+    old.not_joined(1)
+    for d in old.dumps.values():
+        d["time_ns"] = T0 + 10**12  # later, although its name sorts first
+    new = JobSpec(4, incident="hang-c0-s17")
+    new.not_joined(3)
+    old.write(tmp_path)
+    job_dir = new.write(tmp_path)
+    assert run(job_dir).incident == "hang-c0-s5"
+    assert run(job_dir).verdicts[0].ranks == [1]
+    rep = run(job_dir, incident="hang-c0-s17")
+    assert rep.incident == "hang-c0-s17" and rep.verdicts[0].ranks == [3]
+
+
+def test_gc_is_restored_after_loading(tmp_path: Path) -> None:
+    job_dir = JobSpec(3).write(tmp_path)
+    assert gc.isenabled()
+    run(job_dir)
+    assert gc.isenabled()
+
+
+# --- live jobs --------------------------------------------------------------------------
+
+def test_live_job_asks_for_a_fresh_dump(tmp_path: Path) -> None:
+    job = JobSpec(4, incident="ondemand-1764500000000-ab12", seconds=0.1)
+    for d in job.dumps.values():
+        d["reason"] = "on_demand"
+    job_dir = job.write(tmp_path)
+    import shutil
+    fresh = tmp_path / "fresh"
+    shutil.move(str(job_dir / "incidents"), str(fresh))
+    calls: list[tuple[Path, float]] = []
+
+    def request(jd: Path, timeout: float) -> str:
+        calls.append((jd, timeout))
+        shutil.move(str(fresh), str(jd / "incidents"))  # the ranks wrote their dumps
+        return job.incident
+
+    rep = diagnose(Options(job_dir=job_dir, host_key="x", request_dump=request, live_wait_s=2.0))
+    assert calls == [(job_dir, 2.0)]
+    assert rep.incident == job.incident and rep.status == Status.HEALTHY
+    assert any("fresh on-demand dump" in n for n in rep.notes)
+
+
+def test_live_request_that_hangs_is_bounded(tmp_path: Path) -> None:
+    import threading
+    job_dir = JobSpec(3).write(tmp_path)
+    import shutil
+    shutil.rmtree(job_dir / "incidents")
+    release = threading.Event()
+
+    def request(jd: Path, timeout: float) -> str:
+        release.wait(30)
+        return "never"
+
+    try:
+        rep = diagnose(Options(job_dir=job_dir, host_key="x", request_dump=request, live_wait_s=0.2))
+    finally:
+        release.set()
+    assert rep.status == Status.NO_DATA
+    assert any("no on-demand dump arrived" in n for n in rep.notes)
+
+
+def test_no_fresh_dump_for_a_dead_job(tmp_path: Path) -> None:
+    proc = fake_proc(tmp_path / "proc", {})
+    job = JobSpec(3, host_key=local_key(proc))
+    job_dir = job.write(tmp_path)
+    import shutil
+    shutil.rmtree(job_dir / "incidents")
+
+    def request(jd: Path, timeout: float) -> str:
+        raise AssertionError("must not be asked")
+
+    rep = diagnose(Options(job_dir=job_dir, proc_root=proc, request_dump=request))
+    assert rep.status == Status.NO_DATA
+
+
+# --- pieces -----------------------------------------------------------------------------
+
+def test_parse_cause_chains() -> None:
+    c = parse_cause("all_reduce seq 3 count 8 float32 sum on comm 0 failed at rank 0: aborted by rank 1 (host a, "
+                    "pid 2): rank 3 (host b, pid 4) closed its connection (while this rank was sending)")
+    assert c is not None and c.kind == "peer_closed" and c.culprits == [3] and c.messengers == [1]
+    c = parse_cause("x on comm 0 failed at rank 2: timed out after 3.00 s receiving from rank 1 (host a, pid 1) "
+                    "(0 of 8 bytes; no progress in this op)")
+    assert c is not None and c.kind == "timeout" and c.culprits == [1]
+    c = parse_cause("op mismatch on comm 0 with no majority among the 2 ranks heard (cannot tell which deviated): "
+                    "rank 0 called a; rank 1 called b (this rank: 0)")
+    assert c is not None and c.kind == "mismatch_no_majority" and c.culprits == [0, 1]
+
+
+def test_innermost_frame_picks_the_main_thread() -> None:
+    assert innermost_frame(stacks("sleep", "/x/prog.py", 7)) == "sleep at prog.py:7"
+    assert innermost_frame("garbage") is None and innermost_frame(None) is None
+
+
+def test_fast_reader_equals_plain_json() -> None:
+    """The tail-only reader must give what json.loads gives, even with braces in strings."""
+    entries = [make_entry(s) for s in range(1, 40)]
+    entries[-1]["error"] = 'weird {} {"x": 1} }, { ] [ text'
+    entries[-3]["error"] = "{"
+    doc = make_dump(1, 4, entries=entries, comms=[make_comm(0, list(range(64)), 1, last_coll_seq=38)],
+                    python={"status": "ok", "stacks": 'File "a{b}.py", line 1 in f\n"entries": [{'})
+    for raw in (json.dumps(doc).encode(), json.dumps(doc, indent=2).encode()):
+        head, recs, fast = read_document(raw, IntListTable(), 5)
+        assert fast
+        plain = json.loads(raw)
+        assert recs == plain["entries"][-5:]
+        plain.pop("entries")
+        plain["comms"][0]["global_ranks"] = tuple(plain["comms"][0]["global_ranks"])
+        plain["comms"][0]["ring"] = tuple(plain["comms"][0]["ring"])
+        assert head == plain
+    doc["entries"] = entries[:3]
+    head, recs, _ = read_document(json.dumps(doc).encode(), IntListTable(), 5)
+    assert recs == entries[:3]
+    doc["entries"] = []
+    head, recs, _ = read_document(json.dumps(doc).encode(), IntListTable(), 5)
+    assert recs == [] and head["rank"] == 1
+
+
+def test_report_json_contract(tmp_path: Path) -> None:
+    job = JobSpec(4)
+    job.not_joined(2)
+    d = json.loads(run(job.write(tmp_path)).to_json())
+    assert list(d)[:3] == ["job", "status", "verdicts"]
+    assert set(d["verdicts"][0]) == {"kind", "ranks", "links", "comm", "seq", "op", "confidence", "summary",
+                                     "evidence"}
+    assert d["status"] == "fault" and d["exclude_hosts"] == ["node1"]
+
+
+def test_options_need_exactly_one_input() -> None:
+    with pytest.raises(OptionsError):
+        diagnose(Options())
+    with pytest.raises(OptionsError):
+        diagnose(Options(job_dir=Path("a"), fr_dir=Path("b")))
+
+
+def test_host_key_from_fake_proc(tmp_path: Path) -> None:
+    from hetobs.diagnosis.procfs import local_host_key
+    proc = fake_proc(tmp_path / "proc", {}, host_key=HOST_KEY)
+    assert local_host_key(proc) == local_key(proc)
+    _ = make_dump  # the factory's full surface is exercised elsewhere
+
+
+# --- saved dumps of the 1.0 format keep loading ---------------------------------------------
+
+SAVED = Path(__file__).parent / "data" / "dumps" / "v1.0"
+
+
+@pytest.mark.parametrize(("job", "status", "verdicts"), [
+    ("healthy", Status.HEALTHY, []),
+    ("missing-rank", Status.FAULT, [("rank_dead", [2])]),
+    ("mismatch", Status.FAULT, [("op_mismatch", [1])]),
+])
+def test_saved_v1_0_dumps_load(job: str, status: Status, verdicts: list) -> None:
+    rep = run(SAVED / job)
+    assert rep.data_problems == [] or job == "missing-rank"
+    assert rep.status == status
+    assert [(v.kind.value, v.ranks) for v in faults(rep)] == verdicts
+    assert rep.world_size == 4 and len(rep.ranks) == 4
