@@ -17,7 +17,7 @@ from typing import Iterator
 
 __all__ = [
     "StatsError", "RankStats", "CommStats", "LinkStats", "OpKindStats", "read_segment", "segment_paths",
-    "process_state", "OP_KINDS", "LATENCY_BUCKETS",
+    "process_state", "OP_KINDS", "LATENCY_BUCKETS", "BANDWIDTH_BUCKETS",
 ]
 
 MAGIC = b"HTBSTATS"
@@ -25,6 +25,7 @@ VERSION = 1
 OP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier", "send",
             "recv")
 LATENCY_BUCKETS = 24  # bucket b: duration < 2**b microseconds (the last one: everything above)
+BANDWIDTH_BUCKETS = 20  # bucket b: busbw < 2**b MB/s (the last one: everything above)
 _DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
 _STATES = ("enqueued", "started", "completed", "failed")
 _ALGOS = ("none", "ring", "direct", "chain", "p2p")
@@ -41,7 +42,7 @@ _HEADER_FIELDS = (
     "state", "comms_used", "links_used", "reserved1", "wall_minus_mono_ns",
 )
 _COMM_HEAD = struct.Struct("<QQiiQQQqII")  # version .. failed (64 bytes)
-_OPKIND = struct.Struct("<QQQQ" + "Q" * LATENCY_BUCKETS)
+_OPKIND = struct.Struct("<QQQQ" + "Q" * (LATENCY_BUCKETS + BANDWIDTH_BUCKETS))
 _LINK = struct.Struct("<Qii8s" "QQQQqq" "QQQQQQQq")
 _RECORD = struct.Struct("<QQQQQQQQqqqddiiiBBBBBBB5x96s")
 
@@ -57,6 +58,7 @@ class OpKindStats:
     errors: int
     total_ns: int
     latency: tuple[int, ...]
+    busbw: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,8 @@ def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankSta
             ops = {}
             for k, name in enumerate(OP_KINDS):
                 o = _OPKIND.unpack_from(raw, _COMM_HEAD.size + k * _OPKIND.size)
-                ops[name] = OpKindStats(o[0], o[1], o[2], o[3], tuple(o[4:]))
+                ops[name] = OpKindStats(o[0], o[1], o[2], o[3], tuple(o[4:4 + LATENCY_BUCKETS]),
+                                        tuple(o[4 + LATENCY_BUCKETS:]))
             comms.append(CommStats(
                 comm_id=v[1], size=v[2], rank=v[3], coll_seq=v[4], p2p_seq=v[5],
                 inflight_record=v[6] - 1 if v[6] else None, inflight_start_ns=v[7] if v[6] else None,

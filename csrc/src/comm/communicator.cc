@@ -85,11 +85,16 @@ void Communicator::statsEnd(const OpDesc& d, uint64_t bytes, int64_t durNs, bool
     k.errors++;
     c->failed = 1;
   }
-  // Bucket b: duration < 2^b microseconds.
+  // Bucket b: duration < 2^b microseconds; bandwidth bucket b: busbw < 2^b MB/s.
   uint64_t us = uint64_t(durNs > 0 ? durNs : 0) / 1000;
-  uint32_t b = 0;
-  while (b + 1 < stats::kLatencyBuckets && (1ull << b) <= us) ++b;
+  uint32_t b = us ? std::min<uint32_t>(64 - uint32_t(__builtin_clzll(us)), stats::kLatencyBuckets - 1) : 0;
   k.latency[b]++;
+  if (ok && bytes && durNs > 0) {
+    // bytes/ns == GB/s, so MB/s = bytes * 1000 / ns.
+    uint64_t mbps = uint64_t(double(bytes) * 1000.0 / double(durNs) * busBwFactor(uint8_t(d.op), size()));
+    uint32_t bb = mbps ? std::min<uint32_t>(64 - uint32_t(__builtin_clzll(mbps)), stats::kBandwidthBuckets - 1) : 0;
+    k.busbw[bb]++;
+  }
   c->inflight_record = 0;
   __atomic_store_n(&c->version, v + 2, __ATOMIC_RELEASE);
   if (Runtime* rt = Runtime::get()) rt->noteProgress();

@@ -29,6 +29,7 @@ constexpr uint32_t kVersion = 1;
 constexpr uint32_t kHeaderBytes = 4096;
 constexpr uint32_t kOpKinds = 9;        // OpKind::kCount
 constexpr uint32_t kLatencyBuckets = 24;  // bucket b counts ops with duration < 2^b microseconds (last: the rest)
+constexpr uint32_t kBandwidthBuckets = 20;  // bucket b counts ops with busbw < 2^b MB/s (last: the rest)
 
 enum class RankState : uint32_t { kRunning = 0, kExitedCleanly = 1 };
 
@@ -61,6 +62,7 @@ static_assert(sizeof(StatsHeader) <= kHeaderBytes, "stats header fits its page")
 struct OpKindStats {
   uint64_t calls, bytes, errors, total_ns;
   uint64_t latency[kLatencyBuckets];
+  uint64_t busbw[kBandwidthBuckets];  // ops that moved bytes and completed
 };
 
 struct CommStats {
