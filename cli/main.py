@@ -62,6 +62,9 @@ def _add_optional(name: str) -> None:
 _add_optional("bench")
 _add_optional("diagnose")
 _add_optional("dump")
+_add_optional("exporter")
+_add_optional("top")
+_add_optional("trace")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

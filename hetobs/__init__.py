@@ -43,32 +43,50 @@ def init(*, rank: int | None = None, world_size: int | None = None, master_addr:
     Rendezvous uses `store` when given (e.g. a torch TCPStore), else MASTER_ADDR/MASTER_PORT
     where rank 0 hosts a short-lived authenticated rendezvous during start-up only.
     """
-    from . import _core
     from .comm import Communicator
-    from .config import from_env
 
-    s = from_env()
     rank = _env_int("RANK", rank)
     size = _env_int("WORLD_SIZE", world_size)
-    if size < 1 or not 0 <= rank < size:
-        raise ValueError(f"RANK={rank}, WORLD_SIZE={size}: need 0 <= RANK < WORLD_SIZE")
-    _core.set_log_level(s.debug)
-    endpoint = _core.Endpoint(rank, size, s.job_id, s.secret, s.transport, s.timeout, s.connect_timeout,
-                              s.small_bytes, s.dir, s.hang_timeout, s.abort_on_hang, s.dump_signal, s.records,
-                              s.watchdog)
-    from ._lifecycle import install
-
-    install()
+    endpoint = _endpoint(rank, size)
     if store is not None:
-        prefix = f"hetobs/{s.job_id}/card/"
-        store.set(prefix + str(rank), endpoint.card())
-        cards = [bytes(store.get(prefix + str(r))) for r in range(size)]
-        native = endpoint.connect(cards)
+        native = _connect_through_store(endpoint, store, f"hetobs/{endpoint.job_id}/card/", rank, size)
     else:
         addr = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
         port = _env_int("MASTER_PORT", master_port)
-        native = endpoint.rendezvous(addr, port)
+        native = endpoint.native.rendezvous(addr, port)
     return Communicator(native)
+
+
+class _Endpoint:
+    def __init__(self, native: Any, job_id: str) -> None:
+        self.native = native
+        self.job_id = job_id
+
+
+def _endpoint(rank: int, size: int) -> _Endpoint:
+    """This process's native endpoint (listener, watchdog runtime) for a group of `size`."""
+    from . import _core
+    from .config import from_env
+
+    if size < 1 or not 0 <= rank < size:
+        raise ValueError(f"RANK={rank}, WORLD_SIZE={size}: need 0 <= RANK < WORLD_SIZE")
+    s = from_env()
+    _core.set_log_level(s.debug)
+    native = _core.Endpoint(rank, size, s.job_id, s.secret, s.transport, s.timeout, s.connect_timeout,
+                            s.small_bytes, s.dir, s.hang_timeout, s.abort_on_hang, s.dump_signal, s.records,
+                            s.watchdog)
+    from ._lifecycle import install
+
+    install()
+    return _Endpoint(native, s.job_id)
+
+
+def _connect_through_store(endpoint: _Endpoint, store: Store, prefix: str, rank: int, size: int,
+                           comm_id: int = 0, world_ranks: list[int] | None = None) -> Any:
+    """Exchange rank cards through `store` under `prefix`, then connect."""
+    store.set(prefix + str(rank), endpoint.native.card())
+    cards = [bytes(store.get(prefix + str(r))) for r in range(size)]
+    return endpoint.native.connect(cards, comm_id, world_ranks or [])
 
 
 def records() -> list[dict[str, Any]]:
@@ -76,6 +94,11 @@ def records() -> list[dict[str, Any]]:
     from . import _core
 
     return list(_core.records())
+
+
+from . import _torch_hook  # noqa: E402 - after the public names; imports nothing heavy
+
+_torch_hook.install()
 
 
 def __getattr__(name: str) -> Any:

@@ -42,6 +42,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("HETOBS_DUMP_SIGNAL", "off", "A signal (name or number, e.g. SIGUSR2) that makes this rank dump; chains to prior handlers."),
     Setting("HETOBS_SMALL_BYTES", "65536", "all_reduce payloads up to this size use the latency path (direct exchange)."),
     Setting("HETOBS_DEBUG", "WARN", "Native log level: ERROR, WARN, INFO or DEBUG (to stderr)."),
+    Setting("HETOBS_OTEL_SAMPLE", "0.01", "Fraction of collectives exported as OpenTelemetry spans (0..1; chosen per communicator and sequence id, so every rank keeps the same ones)."),
 )
 
 
@@ -61,6 +62,7 @@ class Settings:
     dump_signal: int
     small_bytes: int
     debug: str
+    otel_sample: float = 0.01
 
 
 def _number(env: Mapping[str, str], name: str, default: str, conv: Callable[[str], float | int],
@@ -131,4 +133,5 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         dump_signal=_signal(env, "HETOBS_DUMP_SIGNAL"),
         small_bytes=int(_number(env, "HETOBS_SMALL_BYTES", "65536", int, 0)),
         debug=_choice(env, "HETOBS_DEBUG", "WARN", ("error", "warn", "info", "debug")).upper(),
+        otel_sample=min(1.0, float(_number(env, "HETOBS_OTEL_SAMPLE", "0.01", float, 0.0))),
     )

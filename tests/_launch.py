@@ -125,7 +125,8 @@ class Job:
                  workdir: Path, transport: str = "tcp", timeout: float = DEFAULT_TIMEOUT,
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, deadline: float = DEFAULT_DEADLINE,
                  env: Mapping[str, str] | None = None, rank_env: Mapping[int, Mapping[str, str]] | None = None,
-                 gates: Sequence[str] = (), job_id: str | None = None, master_port: int | None = None) -> None:
+                 gates: Sequence[str] = (), job_id: str | None = None, master_port: int | None = None,
+                 start_barrier: bool = True) -> None:
         if not 1 <= world_size <= 5:
             raise ValueError("tests launch 1..5 ranks")
         self.program = program
@@ -139,7 +140,12 @@ class Job:
         self.log_dir = self.workdir / "logs"
         for d in (self.hetobs_dir, self.gate_dir, self.result_dir, self.log_dir):
             d.mkdir(parents=True, exist_ok=True)
-        for g in gates:
+        # start barrier: every rank imports what it needs (numpy, hetobs, torch), reports "ready"
+        # and waits at its start gate; start() opens them all at once, so slow imports on a
+        # loaded machine do not eat into HETOBS_CONNECT_TIMEOUT.
+        self.start_barrier = start_barrier
+        start_gates = [f"start-{r}" for r in range(world_size)] if start_barrier else []
+        for g in [*gates, *start_gates]:
             os.mkfifo(self.gate_dir / g)
         self.transport = transport
         self.deadline_s = deadline
@@ -156,6 +162,7 @@ class Job:
             "HETOBS_DIR": str(self.hetobs_dir),
             "HETOBS_TEST_GATES": str(self.gate_dir),
             "HETOBS_TEST_DEADLINE": str(deadline),
+            "HETOBS_TEST_START_BARRIER": "1" if start_barrier else "",
             "PYTHONUNBUFFERED": "1",
             "PYTHONFAULTHANDLER": "1",
             # 2 cores, up to 5 ranks: keep numpy/torch from spawning thread pools
@@ -201,6 +208,11 @@ class Job:
                 self.procs.append(p)
                 self._event_fds[r] = rfd
                 self._event_buf[r] = b""
+            if self.start_barrier:
+                for r in range(self.world_size):
+                    self.wait_event(r, "ready", timeout=max(self.remaining(), 1.0))
+                for r in range(self.world_size):
+                    self.gate_open(f"start-{r}", timeout=max(self.remaining(), 1.0))
         except BaseException:
             self.close()
             raise

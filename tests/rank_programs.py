@@ -393,6 +393,13 @@ def prog_collectives(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
         ck.expect(comm.size == ctx.world, f"comm.size {comm.size} != WORLD_SIZE {ctx.world}")
         ck.expect(comm.id == 0, f"world communicator id {comm.id} != 0")
         ck.expect(comm.global_ranks == world, f"world global_ranks {comm.global_ranks}")
+        # the job really runs on the transport it was asked for
+        want_tr = os.environ.get("HETOBS_TRANSPORT", "auto")
+        if W > 1 and want_tr != "auto":
+            links = comm.links()
+            ck.expect(sorted(l["peer"] for l in links) == [r for r in world if r != R], f"links: {links}")
+            ck.expect(all(l["transport"] == want_tr for l in links),
+                      f"HETOBS_TRANSPORT={want_tr} but links use {[l['transport'] for l in links]}")
 
     def all_reduce() -> None:
         for dt in DTYPES:
@@ -1240,6 +1247,13 @@ def main() -> int:
     # a hung rank prints every thread's stack shortly before the launcher kills it
     faulthandler.dump_traceback_later(max(deadline - 2.0, 0.5), exit=False)
     ctx = Ctx()
+    if os.environ.get("HETOBS_TEST_START_BARRIER"):
+        if program != "selftest":
+            import hetobs  # noqa: F401
+        if args.get("torch"):
+            import torch  # noqa: F401
+        ctx.event("ready")
+        ctx.gate_wait(f"start-{ctx.rank}")
     try:
         result = PROGRAMS[program](ctx, args)
         rc = 0

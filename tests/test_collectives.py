@@ -9,7 +9,8 @@ its own test, so a failure names the op; the job itself is launched once per con
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -67,33 +68,46 @@ class Run:
     shm_left: list[str] = field(default_factory=list)
 
 
-@pytest.fixture(scope="module")
-def run(request: pytest.FixtureRequest, core: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    cfg: Config = request.param
+def _launch(cfg: Config, workdir: Path) -> Run:
     shm0 = shm_entries()
     job = Job("collectives", cfg.world, {"seed": 1234 + cfg.world, "torch": cfg.torch,
                                          "sections": list(cfg.sections)},
-              workdir=tmp_path_factory.mktemp(cfg.id), transport=cfg.transport, env=dict(cfg.env),
-              deadline=240.0, gates=["async-hold"])
+              workdir=workdir, transport=cfg.transport, env=dict(cfg.env), deadline=240.0, gates=["async-hold"])
     try:
         job.start()
         res = job.wait()
     finally:
         job.close()
-    yield Run(cfg, job, res, job.shm_leftovers(shm0))
+    return Run(cfg, job, res, job.shm_leftovers(shm0))
 
 
-@pytest.mark.parametrize("run", CONFIGS, ids=[c.id for c in CONFIGS], indirect=True)
-def test_job_exits_cleanly(run: Run) -> None:
+@pytest.fixture(scope="module")
+def runs(core: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[Config], Run]]:
+    """One launch per config for the whole module, however pytest orders the tests."""
+    cache: dict[Config, Run] = {}
+
+    def get(cfg: Config) -> Run:
+        if cfg not in cache:
+            cache[cfg] = _launch(cfg, tmp_path_factory.mktemp(cfg.id))
+        return cache[cfg]
+
+    yield get
+    cache.clear()
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=[c.id for c in CONFIGS])
+def test_job_exits_cleanly(runs: Callable[[Config], Run], cfg: Config) -> None:
     """Every rank exits 0 after close(), within the deadline, and leaves no /dev/shm entry."""
+    run = runs(cfg)
     run.result.check()
     for r in run.result.ranks:
         assert r.result is not None and r.result.get("close_error") is None, run.result.describe()
     assert not run.shm_left, f"/dev/shm entries left by a cleanly finished job: {run.shm_left}"
 
 
-@pytest.mark.parametrize("run,section", PAIRS, indirect=["run"])
-def test_section(run: Run, section: str) -> None:
+@pytest.mark.parametrize("cfg,section", PAIRS)
+def test_section(runs: Callable[[Config], Run], cfg: Config, section: str) -> None:
+    run = runs(cfg)
     problems = []
     total_checks = 0
     for r in run.result.ranks:

@@ -5,6 +5,7 @@
 
 #include "hetobs/comm/communicator.h"
 #include "hetobs/comm/endpoint.h"
+#include "hetobs/observe/external_comm.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/log.h"
 #include "hetobs/observe/runtime.h"
@@ -75,7 +76,7 @@ void registerComm(py::module_& m) {
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
       .def_property_readonly("comm_id", &Communicator::id)
-      .def_property_readonly("global_ranks", &Communicator::globalRanks)
+      .def_property_readonly("global_ranks", &Communicator::worldRanks)
       .def_property_readonly("address",
                              [](const Communicator& c) {
                                return py::make_tuple(c.endpoint().card().ip, c.endpoint().card().port);
@@ -140,11 +141,11 @@ void registerComm(py::module_& m) {
       .def("refused_connections", [](Endpoint& e) { return e.listener().refused(); })
       .def(
           "connect",
-          [](Endpoint& e, const std::vector<std::string>& cards) {
+          [](Endpoint& e, const std::vector<std::string>& cards, uint64_t commId, std::vector<int> worldRanks) {
             py::gil_scoped_release nogil;
-            return e.connect(cards);
+            return e.connect(cards, commId, std::move(worldRanks));
           },
-          py::arg("cards"))
+          py::arg("cards"), py::arg("comm_id") = 0, py::arg("world_ranks") = std::vector<int>{})
       .def(
           "rendezvous",
           [](Endpoint& e, const std::string& addr, int port) {
@@ -161,6 +162,42 @@ void registerComm(py::module_& m) {
       },
       py::arg("host"), py::arg("port"), py::arg("job_id"), py::arg("secret"), py::arg("timeout") = 2.0,
       "Authenticate to a rank's listener; raises hetobs.AuthError when refused.");
+
+  py::class_<ExternalComm, std::shared_ptr<ExternalComm>>(m, "ExternalComm",
+                                                          "Records ops that a vendor library runs (Gloo, NCCL, MPI).")
+      .def(py::init([](uint64_t id, std::vector<int> global, int rank, int backend, int device, std::string name) {
+             if (backend < 0 || backend > int(Backend::kMpi)) throw py::value_error("invalid backend code");
+             if (rank < 0 || rank >= int(global.size())) throw py::value_error("rank outside the member list");
+             auto c = std::make_shared<ExternalComm>(id, std::move(global), rank, Backend(backend),
+                                                     DeviceType(device), std::move(name));
+             c->attach();
+             return c;
+           }),
+           py::arg("comm_id"), py::arg("global_ranks"), py::arg("rank"), py::arg("backend"), py::arg("device"),
+           py::arg("name") = "")
+      .def(
+          "begin",
+          [](ExternalComm& c, int op, int dtype, int redop, int rootOrPeer, uint64_t count, uint64_t outCount,
+             uint64_t bytes) {
+            if (op < 0 || op >= int(OpKind::kCount)) throw py::value_error("invalid op code");
+            ExternalOp o;
+            o.op = OpKind(op);
+            o.dtype = DType(dtype >= 0 && dtype < int(DType::kCount) ? dtype : 0);
+            o.redop = RedOp(redop >= 0 && redop < int(RedOp::kCount) ? redop : 0);
+            o.root_or_peer = rootOrPeer;
+            o.count = count;
+            o.out_count = outCount;
+            o.bytes = bytes;
+            return c.begin(o);
+          },
+          py::arg("op"), py::arg("dtype"), py::arg("redop"), py::arg("root_or_peer"), py::arg("count"),
+          py::arg("out_count"), py::arg("bytes"))
+      .def("end", [](ExternalComm& c, uint64_t token, bool ok, const std::string& error) {
+             c.end(token, ok, error.empty() ? nullptr : error.c_str());
+           }, py::arg("token"), py::arg("ok") = true, py::arg("error") = "")
+      .def_property_readonly("comm_id", &ExternalComm::id)
+      .def_property_readonly("rank", &ExternalComm::rank)
+      .def_property_readonly("size", &ExternalComm::size);
 
   m.def(
       "buffer_address",

@@ -141,7 +141,7 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
 
     # Stage 3: inside collectives every rank joined.
     for st in stuck:
-        if st.not_joined or st.failed or any(r in blamed for r in st.members if r in st.no_dump):
+        if st.not_joined or st.failed or any(r in blamed for r in st.no_dump):
             continue
         for v in walk(job, st, stall_s):
             add(v)
@@ -254,7 +254,7 @@ def _rank_table(job: LoadedJob, reach: dict[int, Reach], stuck: list[Stuck]) -> 
             op, seq = last.op, last.seq or last.p2p_seq
             if state == "idle" and last.state == "failed":
                 state = "failed"
-        if st is not None and r in st.waiting:
+        if st is not None and state == "in_op" and role.get(r) == "in_op":
             waiting_on = awaited[id(st)] or waiting_on
         rows.append(RankState(r, host, op, seq, state, waiting_on[:8], comm))
     return rows

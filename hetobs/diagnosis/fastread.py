@@ -39,6 +39,7 @@ class IntListTable:
 
     def __init__(self) -> None:
         self._by_text: dict[str, tuple[int, ...]] = {}
+        self._recent: list[str] = []  # the last few distinct bodies, tried first
 
     def intern(self, text: str) -> tuple[int, ...]:
         found = self._by_text.get(text)
@@ -46,6 +47,28 @@ class IntListTable:
             found = tuple(int(x) for x in json.loads("[" + text + "]"))
             self._by_text[text] = found
         return found
+
+    def lookup(self, text: str) -> Optional[tuple[int, ...]]:
+        """The interned list for this exact text, if seen before (then it was validated)."""
+        return self._by_text.get(text)
+
+    def match_at(self, text: str, lo: int) -> Optional[tuple[int, tuple[int, ...]]]:
+        """(end offset, list) when a known list body starts at text[lo] and is followed by ']'.
+
+        Every rank repeats the same rings, so this is almost always a hit, and a memcmp
+        is much cheaper than scanning for ']' and hashing the body.
+        """
+        for body in self._recent:
+            hi = lo + len(body)
+            if text.startswith(body, lo) and text.startswith("]", hi):
+                return hi, self._by_text[body]
+        return None
+
+    def remember(self, body: str) -> None:
+        if body in self._recent:
+            return
+        self._recent.insert(0, body)
+        del self._recent[4:]
 
     def __len__(self) -> int:
         return len(self._by_text)
@@ -59,48 +82,49 @@ def _unescaped(text: str, pos: int) -> bool:
     return n % 2 == 0
 
 
-def _key_positions(text: str, key: str, start: int = 0, end: Optional[int] = None) -> list[int]:
-    """Offsets of `key` (with quotes) used as an object key (followed by ':') in text[start:end]."""
-    out = []
-    end = len(text) if end is None else end
-    pos = text.find(key, start, end)
-    while pos != -1:
-        after = pos + len(key)
-        j = after
-        while j < end and text[j] in " \t\r\n":
-            j += 1
-        if j < end and text[j] == ":" and _unescaped(text, pos):
-            out.append(pos)
-        pos = text.find(key, after, end)
-    return out
-
-
 def _strip_int_lists(text: str, table: IntListTable, refs: list[tuple[int, ...]]) -> str:
-    """Replace each ring/global_ranks list by a reference string `"__hetobs_intlist__<i>"`."""
-    cuts: list[tuple[int, int, str]] = []
-    for key in _BIG_KEYS:
-        for pos in _key_positions(text, key):
-            m = _OPEN.match(text, pos + len(key))
-            if not m:
-                continue
-            lo = m.end()
+    """Replace each ring/global_ranks list by a reference string `"__hetobs_intlist__<i>"`.
+
+    One forward pass: each key's next occurrence is searched from the end of the last
+    list cut, so list bodies are not rescanned once per key.
+    """
+    parts: list[str] = []
+    prev = 0
+    nxt = {key: text.find(key) for key in _BIG_KEYS}
+    while True:
+        live = [(p, k) for k, p in nxt.items() if p != -1]
+        if not live:
+            break
+        pos, key = min(live)
+        after = pos + len(key)
+        m = _OPEN.match(text, after)
+        if not m or not _unescaped(text, pos):
+            nxt[key] = text.find(key, after)
+            continue
+        lo = m.end()
+        hit = table.match_at(text, lo)
+        if hit is not None:
+            hi, known = hit
+        else:
             hi = text.find("]", lo)
             if hi == -1:
+                nxt[key] = -1
                 continue
             body = text[lo:hi]
             if body.translate(_INT_LIST_CHARS):
+                nxt[key] = text.find(key, after)
                 continue  # not a plain int list: leave it to json
-            refs.append(table.intern(body))
-            cuts.append((lo - 1, hi + 1, f'"{_REF}{len(refs) - 1}"'))
-    if not cuts:
+            known = table.intern(body)
+            table.remember(body)
+        refs.append(known)
+        parts.append(text[prev:lo - 1])
+        parts.append(f'"{_REF}{len(refs) - 1}"')
+        prev = hi + 1
+        for k in nxt:
+            if nxt[k] != -1 and nxt[k] < prev:
+                nxt[k] = text.find(k, prev)
+    if not parts:
         return text
-    cuts.sort()
-    parts = []
-    prev = 0
-    for lo, hi, rep in cuts:
-        parts.append(text[prev:lo])
-        parts.append(rep)
-        prev = hi
     parts.append(text[prev:])
     return "".join(parts)
 
@@ -120,6 +144,22 @@ def _restore(obj: Any, refs: list[tuple[int, ...]]) -> Any:
     return obj
 
 
+def _restore_refs(doc: dict[str, Any], refs: list[tuple[int, ...]]) -> None:
+    """Where the schema puts the lists (comms[*]) first; a full walk only if some are left."""
+    left = len(refs)
+    comms = doc.get("comms")
+    if isinstance(comms, list):
+        for c in comms:
+            if isinstance(c, dict):
+                for k in ("ring", "global_ranks"):
+                    v = c.get(k)
+                    if isinstance(v, str) and v.startswith(_REF):
+                        c[k] = refs[int(v[len(_REF):])]
+                        left -= 1
+    if left:
+        _restore(doc, refs)
+
+
 def _is_record(obj: Any) -> bool:
     return (isinstance(obj, dict) and "record_id" in obj and "profiling_name" in obj
             and "peers" not in obj)
@@ -127,10 +167,12 @@ def _is_record(obj: Any) -> bool:
 
 def _tail_entries(text: str, keep: int) -> Optional[tuple[int, int, list[dict[str, Any]], bool]]:
     """(array_open, array_close, last `keep` records oldest first, whole array seen) or None."""
-    keys = _key_positions(text, '"entries"')
-    if len(keys) != 1:
+    key = text.rfind('"entries"')  # the array is near the end: search backwards
+    while key != -1 and not (_unescaped(text, key) and _OPEN.match(text, key + len('"entries"'))):
+        key = text.rfind('"entries"', 0, key)
+    if key == -1:
         return None
-    m = _OPEN.match(text, keys[0] + len('"entries"'))
+    m = _OPEN.match(text, key + len('"entries"'))
     if not m:
         return None
     open_pos = m.end() - 1
@@ -177,19 +219,23 @@ def read_document(raw: bytes, table: IntListTable, keep: int) -> tuple[dict[str,
     """
     text = raw.decode("utf-8")
     tail = _tail_entries(text, keep) if keep > 0 else None
+    records: Optional[list[dict[str, Any]]] = None
+    head_text = text
     if tail is not None:
         open_pos, close_pos, records, _complete = tail
         head_text = text[:open_pos] + "[]" + text[close_pos + 1:]
-        refs: list[tuple[int, ...]] = []
-        try:
-            head = json.loads(_strip_int_lists(head_text, table, refs))
-        except ValueError:
-            head = None
-        if isinstance(head, dict):
-            if refs:
-                _restore(head, refs)
-            head.pop("entries", None)
-            return head, records, True
+    refs: list[tuple[int, ...]] = []
+    try:
+        head = json.loads(_strip_int_lists(head_text, table, refs))
+    except ValueError:
+        head = None  # let the plain parse below report the error as json.loads would
+    if isinstance(head, dict):
+        if refs:
+            _restore_refs(head, refs)
+        entries = head.pop("entries", None)
+        if records is None:
+            records = entries[-keep:] if isinstance(entries, list) and keep > 0 else []
+        return head, records, tail is not None
     doc = json.loads(text)
     if not isinstance(doc, dict):
         return doc, [], False

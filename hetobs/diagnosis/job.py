@@ -32,6 +32,7 @@ class LoadedJob:
     problems: list[DataProblem] = field(default_factory=list)
     incident_time_ns: Optional[int] = None
     notes: list[str] = field(default_factory=list)
+    meta_ranks: set[int] = field(default_factory=set)  # ranks with a metadata file (parsed or not)
     # Communicator membership and ring as most ranks report them (never one rank's word).
     members: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
     rings: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)

@@ -27,6 +27,8 @@ def looks_alive(job: LoadedJob, options: Options) -> bool:
     Ranks on other hosts cannot be checked and count as possibly alive; on this host
     a rank whose pid is gone (or reused) is dead, not alive.
     """
+    if job.meta_ranks - set(job.metas):
+        return True  # ranks whose metadata was not needed (they dumped): alive at the incident at least
     host_key = options.host_key if options.host_key is not None else local_host_key(options.proc_root)
     for m in job.metas.values():
         if m.exited_cleanly:

@@ -233,34 +233,41 @@ class RankMeta:
 
 
 def rec_from_entry(e: dict[str, Any]) -> Rec:
-    """A dump entry (hetobs or Flight Recorder field names) as a `Rec`."""
-    op = _str(e.get("op")) or op_name(e.get("profiling_name"))
-    dtype = _str(e.get("dtype"))
-    if dtype is None:
-        dts = e.get("input_dtypes")
-        if isinstance(dts, list) and dts and isinstance(dts[0], str):
-            dtype = dts[0]
-    count = _int(e.get("count"))
-    if count is None:
-        sizes = e.get("input_sizes")
-        if isinstance(sizes, list):
+    """A dump entry (hetobs or Flight Recorder field names) as a `Rec`.
+
+    Called for every kept record of every rank, so written for speed (no helpers).
+    """
+    g = e.get
+    op = g("op")
+    if type(op) is not str:
+        op = op_name(g("profiling_name"))
+    dtype = g("dtype")
+    if type(dtype) is not str:
+        dts = g("input_dtypes")
+        dtype = dts[0] if type(dts) is list and dts and type(dts[0]) is str else None
+    count = g("count")
+    if type(count) is not int:
+        count = None
+        sizes = g("input_sizes")
+        if type(sizes) is list:
             total = 0
             for shape in sizes:
-                if isinstance(shape, list):
+                if type(shape) is list:
                     n = 1
                     for d in shape:
-                        n *= d if isinstance(d, int) else 1
+                        n *= d if type(d) is int else 1
                     total += n
             count = total
-    started = _int(e.get("time_discovered_started_ns")) or None
-    completed = _int(e.get("time_discovered_completed_ns")) or None
+    seq, p2p, root, peer = g("collective_seq_id"), g("p2p_seq_id"), g("root"), g("peer")
+    started, completed = g("time_discovered_started_ns"), g("time_discovered_completed_ns")
+    state, nbytes, error = g("state"), g("bytes"), g("error")
     return Rec(
-        seq=_int(e.get("collective_seq_id")) or 0,
-        p2p_seq=_int(e.get("p2p_seq_id")) or 0,
-        op=op, dtype=dtype, count=count, root=_int(e.get("root")), peer=_int(e.get("peer")),
-        state=_str(e.get("state")) or "unknown",
-        started_ns=started, completed_ns=completed, nbytes=_int(e.get("bytes")),
-        error=_str(e.get("error")),
+        seq if type(seq) is int else 0, p2p if type(p2p) is int else 0, op, dtype, count,
+        root if type(root) is int else None, peer if type(peer) is int else None,
+        state if type(state) is str else "unknown",
+        started if type(started) is int and started else None,
+        completed if type(completed) is int and completed else None,
+        nbytes if type(nbytes) is int else None, error if type(error) is str else None,
     )
 
 

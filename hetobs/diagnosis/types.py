@@ -202,7 +202,7 @@ class Options:
     host_key: Optional[str] = None  # "<boot id>:<netns inode>" of this host; None: read from proc_root
     now_ns: Optional[int] = None
     stall_s: Optional[float] = None
-    tail_entries: int = 16  # op records kept per rank and communicator (the rest is summarized)
+    tail_entries: int = 8  # op records kept per rank and communicator (the rest is summarized)
     request_dump: Optional[RequestDump] = None  # live jobs: ask for a fresh dump (optional)
     last_progress: Optional[Callable[[Path], Optional[int]]] = None  # job dir -> last progress ns (live telemetry)
     live_wait_s: float = 15.0

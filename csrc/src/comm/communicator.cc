@@ -286,16 +286,18 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key) {
   for (int r = 0; r < size(); ++r)
     if (all[size_t(r) * 2] == color) members.emplace_back(all[size_t(r) * 2 + 1], r);
   std::sort(members.begin(), members.end());
-  std::vector<int> global;
+  std::vector<int> global, world;
   int newRank = -1;
   for (size_t i = 0; i < members.size(); ++i) {
     if (members[i].second == rank_) newRank = int(i);
     global.push_back(global_[size_t(members[i].second)]);
+    world.push_back(worldRanks()[size_t(members[i].second)]);
   }
   // 53 bits: ids stay exact in JSON readers (JavaScript, Grafana) and fit an int64.
   uint64_t id = mix(mix(id_ ^ mix(splitNo)) ^ uint64_t(color)) & ((1ULL << 53) - 1);
   if (id == 0) id = 1;  // 0 names the world
   auto child = std::make_shared<Communicator>(endpoint_, id, global, newRank);
+  if (!world_.empty()) child->setWorldRanks(world);
   child->connect();
   return child;
 }

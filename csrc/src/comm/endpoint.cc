@@ -68,7 +68,8 @@ std::shared_ptr<Communicator> Endpoint::rendezvous(const std::string& masterAddr
   return connect(cards);
 }
 
-std::shared_ptr<Communicator> Endpoint::connect(const std::vector<std::string>& encodedCards) {
+std::shared_ptr<Communicator> Endpoint::connect(const std::vector<std::string>& encodedCards, uint64_t commId,
+                                                std::vector<int> worldRanks) {
   if (int(encodedCards.size()) != cfg_.size)
     throw Error(strFormat("got %zu cards for a world of %d ranks", encodedCards.size(), cfg_.size));
   cards_.clear();
@@ -79,8 +80,12 @@ std::shared_ptr<Communicator> Endpoint::connect(const std::vector<std::string>& 
   }
   std::vector<int> world(size_t(cfg_.size));
   for (int r = 0; r < cfg_.size; ++r) world[size_t(r)] = r;
-  if (Runtime* rt = Runtime::get()) rt->setWorld(cards_);
-  auto comm = std::make_shared<Communicator>(shared_from_this(), 0, world, cfg_.rank);
+  if (!worldRanks.empty() && worldRanks.size() != cards_.size())
+    throw Error(strFormat("%zu world ranks given for %zu members", worldRanks.size(), cards_.size()));
+  if (commId == 0)
+    if (Runtime* rt = Runtime::get()) rt->setWorld(cards_);
+  auto comm = std::make_shared<Communicator>(shared_from_this(), commId, world, cfg_.rank);
+  if (!worldRanks.empty()) comm->setWorldRanks(std::move(worldRanks));
   comm->connect();
   return comm;
 }

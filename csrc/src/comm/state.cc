@@ -19,15 +19,15 @@ void Communicator::writeMetadata(JsonWriter& w) const {
   w.beginObject();
   w.field("comm_id", id_).field("size", size()).field("rank", rank_);
   w.key("global_ranks").beginArray();
-  for (int g : global_) w.value(g);
+  for (int g : worldRanks()) w.value(g);
   w.endArray();
   // Ring order: comm rank r sends to r+1 in every ring algorithm.
   w.key("ring").beginArray();
-  for (int g : global_) w.value(g);
+  for (int g : worldRanks()) w.value(g);
   w.endArray();
   w.key("transports").beginObject();
   for (const auto& ch : channels_)
-    if (ch) w.field(std::to_string(ch->peer().global_rank).c_str(), ch->kind());
+    if (ch) w.field(std::to_string(worldRanks()[size_t(ch->peer().rank)]).c_str(), ch->kind());
   w.endObject();
   w.endObject();
 }
@@ -36,10 +36,10 @@ void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
   w.beginObject();
   w.field("comm_id", id_).field("size", size()).field("rank", rank_);
   w.key("global_ranks").beginArray();
-  for (int g : global_) w.value(g);
+  for (int g : worldRanks()) w.value(g);
   w.endArray();
   w.key("ring").beginArray();
-  for (int g : global_) w.value(g);
+  for (int g : worldRanks()) w.value(g);
   w.endArray();
   w.field("last_coll_seq", __atomic_load_n(&cstats_->coll_seq, __ATOMIC_RELAXED));
   w.field("last_p2p_seq", __atomic_load_n(&cstats_->p2p_seq, __ATOMIC_RELAXED));
@@ -70,7 +70,8 @@ void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
       if (!ch) continue;
       auto& p = const_cast<Channel&>(*ch).progress();
       w.beginObject();
-      w.field("peer", ch->peer().rank).field("global_peer", ch->peer().global_rank).field("transport", ch->kind());
+      w.field("peer", ch->peer().rank).field("global_peer", worldRanks()[size_t(ch->peer().rank)]);
+      w.field("transport", ch->kind());
       w.key("send").beginObject();
       w.field("posted", p.send_posted.load()).field("sent", p.send_sent.load());
       w.field("acked", p.send_acked.load()).field("done", p.send_done.load());
@@ -95,7 +96,8 @@ void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
     if (!ch) continue;
     auto& k = const_cast<Channel&>(*ch).counters();
     w.beginObject();
-    w.field("peer", ch->peer().rank).field("global_peer", ch->peer().global_rank).field("transport", ch->kind());
+    w.field("peer", ch->peer().rank).field("global_peer", worldRanks()[size_t(ch->peer().rank)]);
+    w.field("transport", ch->kind());
     w.field("bytes_sent", k.bytes_sent.load()).field("bytes_recv", k.bytes_recv.load());
     w.field("busy_ns", k.busy_ns.load());
     writeTimeOrNull(w, "last_activity_ns", k.last_activity_ns.load());

@@ -7,7 +7,8 @@
 
 #include <cerrno>
 
-#include "hetobs/comm/communicator.h"
+#include "hetobs/common/wire.h"
+#include "hetobs/observe/observed.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/json.h"

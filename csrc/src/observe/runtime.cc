@@ -6,7 +6,7 @@
 
 #include <atomic>
 
-#include "hetobs/comm/communicator.h"
+#include "hetobs/observe/observed.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/hmac.h"
@@ -91,7 +91,7 @@ void Runtime::setWorld(const std::vector<Card>& cards) {
   writeMetadata();
 }
 
-void Runtime::registerComm(const std::shared_ptr<Communicator>& comm) {
+void Runtime::registerComm(const std::shared_ptr<Observed>& comm) {
   {
     std::lock_guard<std::mutex> g(mu_);
     comms_.push_back(comm);
@@ -99,9 +99,9 @@ void Runtime::registerComm(const std::shared_ptr<Communicator>& comm) {
   if (!world_.empty()) writeMetadata();
 }
 
-std::vector<std::shared_ptr<Communicator>> Runtime::comms() {
+std::vector<std::shared_ptr<Observed>> Runtime::comms() {
   std::lock_guard<std::mutex> g(mu_);
-  std::vector<std::shared_ptr<Communicator>> out;
+  std::vector<std::shared_ptr<Observed>> out;
   for (auto it = comms_.begin(); it != comms_.end();) {
     if (auto c = it->lock()) {
       out.push_back(c);

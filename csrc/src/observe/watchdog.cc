@@ -6,7 +6,8 @@
 
 #include <algorithm>
 
-#include "hetobs/comm/communicator.h"
+#include "hetobs/common/wire.h"
+#include "hetobs/observe/observed.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
@@ -54,7 +55,7 @@ void Runtime::checkHangs() {
   const int64_t now = monoNs();
   const int64_t limit = int64_t(cfg_.hang_timeout_s * 1e9);
   for (auto& comm : comms()) {
-    Communicator::InFlight f;
+    Observed::InFlight f;
     if (!comm->inFlight(&f)) continue;
     int64_t quiet = now - f.last_progress_ns;
     if (quiet < limit) continue;

@@ -22,6 +22,7 @@
 #include "hetobs/common/json.h"
 #include "hetobs/stats/layout.h"
 #include "hetobs/comm/work.h"
+#include "hetobs/observe/observed.h"
 #include "hetobs/common/wire.h"
 #include "hetobs/transport/channel.h"
 
@@ -56,7 +57,7 @@ struct LinkInfo {
   int64_t progress_change_ns;
 };
 
-class Communicator : public std::enable_shared_from_this<Communicator> {
+class Communicator : public Observed, public std::enable_shared_from_this<Communicator> {
  public:
   Communicator(std::shared_ptr<Endpoint> endpoint, uint64_t id, std::vector<int> globalRanks, int rank);
   ~Communicator();
@@ -70,6 +71,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   int size() const { return int(global_.size()); }
   uint64_t id() const { return id_; }
   const std::vector<int>& globalRanks() const { return global_; }
+  // Ranks in the job's world, as metadata and dumps name them (equal to globalRanks() unless
+  // this communicator's endpoint serves a sub-group only, e.g. a torch.distributed group).
+  const std::vector<int>& worldRanks() const { return world_.empty() ? global_ : world_; }
+  void setWorldRanks(std::vector<int> ranks) { world_ = std::move(ranks); }
   const CommConfig& config() const;
   const Endpoint& endpoint() const { return *endpoint_; }
 
@@ -80,18 +85,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<LinkInfo> links() const;
   void close();
 
-  // ---- for the watchdog and dumps, from any thread ----
-  struct InFlight {
-    uint64_t record_id;
-    int64_t start_ns;          // monotonic
-    int64_t last_progress_ns;  // monotonic: op start or the latest per-peer change
-    std::string waiting_on;    // "rank 2 (host h, pid p)", peers with unfinished messages
-  };
-  bool inFlight(InFlight* out) const;
-  // Make the running op fail (HETOBS_ABORT_ON_HANG); it notices within one wait.
-  void requestAbort(const std::string& why);
-  void writeState(JsonWriter& w, int64_t nowMono) const;     // dump "comms" entry
-  void writeMetadata(JsonWriter& w) const;                    // rank file "comms" entry
+  // ---- Observed: for the watchdog and dumps, from any thread ----
+  uint64_t observedId() const override { return id_; }
+  bool inFlight(InFlight* out) const override;
+  void requestAbort(const std::string& why) override;  // the running op notices within one wait
+  void writeState(JsonWriter& w, int64_t nowMono) const override;
+  void writeMetadata(JsonWriter& w) const override;
 
   // ---- for algorithms, on the thread running the op ----
   // Post the items and drive the channels until all are done. Items to the same peer
@@ -117,6 +116,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::shared_ptr<Endpoint> endpoint_;
   uint64_t id_;
   std::vector<int> global_;
+  std::vector<int> world_;
   int rank_;
   std::vector<std::unique_ptr<Channel>> channels_;  // by comm rank; null for self
   std::unique_ptr<shm::Segment> segment_;           // ours (incoming rings, doorbell)

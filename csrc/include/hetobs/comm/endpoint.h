@@ -28,7 +28,10 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   // Exchange cards through rank 0 at master (start-up only), then connect the world.
   std::shared_ptr<Communicator> rendezvous(const std::string& masterAddr, int masterPort);
   // Connect the world from cards gathered elsewhere (e.g. a store handed in by Python).
-  std::shared_ptr<Communicator> connect(const std::vector<std::string>& encodedCards);
+  // commId != 0: these cards are a sub-group only (a torch.distributed group) whose members
+  // are `worldRanks` in the job; the job's world and side channels are someone else's.
+  std::shared_ptr<Communicator> connect(const std::vector<std::string>& encodedCards, uint64_t commId = 0,
+                                        std::vector<int> worldRanks = {});
 
   int64_t connectDeadline() const;
 

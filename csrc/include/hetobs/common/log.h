@@ -3,6 +3,8 @@
 // otherwise; a log line is one write() so lines from ranks do not interleave.
 #include <string>
 
+#include "hetobs/common/error.h"
+
 namespace hetobs {
 
 enum class LogLevel : int { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };

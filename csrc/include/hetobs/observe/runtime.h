@@ -24,7 +24,7 @@
 
 namespace hetobs {
 
-class Communicator;
+class Observed;
 
 struct RuntimeConfig {
   std::string job;
@@ -61,7 +61,7 @@ class Runtime {
   const JobDir& jobDir() const { return jobDir_; }
 
   void setWorld(const std::vector<Card>& cards);
-  void registerComm(const std::shared_ptr<Communicator>& comm);
+  void registerComm(const std::shared_ptr<Observed>& comm);
   // Python registers faulthandler on `signal`, writing into `fd`; dumps collect stacks that way.
   void setStackDumper(int signal, int fd);
   std::string controlSocketPath() const { return unixPath_; }
@@ -89,7 +89,7 @@ class Runtime {
   void unixLoop();
   std::string newIncidentId(const char* kind) const;
   std::string collectStacks(std::string* status);
-  std::vector<std::shared_ptr<Communicator>> comms();
+  std::vector<std::shared_ptr<Observed>> comms();
 
   RuntimeConfig cfg_;
   std::unique_ptr<stats::Segment> stats_;
@@ -102,7 +102,7 @@ class Runtime {
   std::deque<DumpRequest> queue_;
   std::set<std::string> dumped_;
   std::set<std::string> hangsReported_;
-  std::vector<std::weak_ptr<Communicator>> comms_;
+  std::vector<std::weak_ptr<Observed>> comms_;
   PeerAnswers lastAnswers_;
   std::mutex dumpMu_;  // one dump at a time (stacks share one file)
 

@@ -1,0 +1,31 @@
+#pragma once
+// What the watchdog and the dump writer need from anything that runs ops: the native
+// Communicator, or an ExternalComm standing for a vendor library's communicator
+// (Gloo, NCCL, MPI) whose ops are recorded from outside.
+#include <cstdint>
+#include <string>
+
+#include "hetobs/common/json.h"
+
+namespace hetobs {
+
+class Observed {
+ public:
+  virtual ~Observed() = default;
+
+  struct InFlight {
+    uint64_t record_id;
+    int64_t start_ns;          // monotonic
+    int64_t last_progress_ns;  // monotonic: op start or the latest per-peer change
+    std::string waiting_on;    // peers with unfinished messages, if known
+  };
+  virtual uint64_t observedId() const = 0;
+  // The oldest running op, if any. Any thread.
+  virtual bool inFlight(InFlight* out) const = 0;
+  // Make the running op fail (HETOBS_ABORT_ON_HANG); best effort for external ops.
+  virtual void requestAbort(const std::string& why) = 0;
+  virtual void writeState(JsonWriter& w, int64_t nowMono) const = 0;   // dump "comms" entry
+  virtual void writeMetadata(JsonWriter& w) const = 0;                // rank file "comms" entry
+};
+
+}  // namespace hetobs

@@ -1,0 +1,205 @@
+#include "hetobs/observe/external_comm.h"
+
+#include "hetobs/common/clock.h"
+#include "hetobs/common/log.h"
+#include "hetobs/observe/runtime.h"
+#include "hetobs/record/recorder.h"
+
+namespace hetobs {
+namespace {
+
+void add(uint64_t* p, uint64_t v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+
+}  // namespace
+
+ExternalComm::ExternalComm(uint64_t id, std::vector<int> globalRanks, int rank, Backend backend, DeviceType device,
+                           std::string name)
+    : id_(id), global_(std::move(globalRanks)), rank_(rank), backend_(backend), device_(device),
+      name_(std::move(name)) {}
+
+void ExternalComm::attach() {
+  Runtime* rt = Runtime::get();
+  cstats_ = rt ? rt->stats().allocComm() : nullptr;
+  if (!cstats_) {
+    ownStats_ = std::make_unique<stats::CommStats>();
+    cstats_ = ownStats_.get();
+  }
+  cstats_->comm_id = id_;
+  cstats_->size = size();
+  cstats_->rank = rank_;
+  if (rt) rt->registerComm(shared_from_this());
+}
+
+uint64_t ExternalComm::begin(const ExternalOp& o) {
+  int64_t now = monoNs();
+  bool p2p = isP2P(o.op);
+  OpRecord rec{};
+  rec.comm_id = id_;
+  if (p2p) rec.p2p_seq = p2pSeq_.fetch_add(1, std::memory_order_relaxed) + 1;
+  else rec.coll_seq = collSeq_.fetch_add(1, std::memory_order_relaxed) + 1;
+  rec.count = o.count;
+  rec.out_count = o.out_count;
+  rec.bytes = o.bytes;
+  rec.t_enqueue_ns = o.enqueue_ns ? o.enqueue_ns : now;
+  rec.t_start_ns = now;
+  rec.root_or_peer = o.root_or_peer;
+  rec.comm_size = size();
+  rec.comm_rank = rank_;
+  rec.op = uint8_t(o.op);
+  rec.dtype = uint8_t(o.dtype);
+  rec.redop = uint8_t(o.redop);
+  rec.state = uint8_t(OpState::kStarted);
+  rec.algorithm = uint8_t(p2p ? Algorithm::kP2P : Algorithm::kNone);
+  rec.backend = uint8_t(backend_);
+  rec.device_type = uint8_t(device_);
+  uint64_t rid = Recorder::instance().begin(rec);
+  if (cstats_) {
+    __atomic_store_n(p2p ? &cstats_->p2p_seq : &cstats_->coll_seq, p2p ? rec.p2p_seq : rec.coll_seq,
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&cstats_->inflight_op, uint32_t(o.op), __ATOMIC_RELAXED);
+    __atomic_store_n(&cstats_->inflight_start_ns, monoToWallNs(now), __ATOMIC_RELAXED);
+    __atomic_store_n(&cstats_->inflight_record, rid + 1, __ATOMIC_RELEASE);
+  }
+  for (size_t i = 0; i < kMaxInFlight; ++i) {
+    uint64_t free = 0;
+    Slot& s = slots_[(rid + i) % kMaxInFlight];
+    if (s.token.load(std::memory_order_relaxed) == 0 &&
+        s.token.compare_exchange_strong(free, rid + 1, std::memory_order_acq_rel)) {
+      s.start_ns.store(now, std::memory_order_relaxed);
+      s.bytes.store(o.bytes, std::memory_order_relaxed);
+      s.op.store(uint8_t(o.op), std::memory_order_relaxed);
+      return rid + 1;
+    }
+  }
+  return (rid + 1) | (1ull << 63);  // recorded, but not watched
+}
+
+void ExternalComm::end(uint64_t token, bool ok, const char* error) {
+  if (token == 0) return;
+  uint64_t rid = (token & ~(1ull << 63)) - 1;
+  int64_t now = monoNs();
+  Recorder::instance().markFinished(rid, now, ok, error);
+  int64_t start = now;
+  uint64_t bytes = 0;
+  uint8_t op = 0;
+  bool found = false;
+  if (!(token >> 63)) {
+    Slot& s = slots_[rid % kMaxInFlight];
+    for (size_t i = 0; i < kMaxInFlight && !found; ++i) {
+      Slot& c = slots_[(rid + i) % kMaxInFlight];
+      if (c.token.load(std::memory_order_acquire) == token) {
+        start = c.start_ns.load(std::memory_order_relaxed);
+        bytes = c.bytes.load(std::memory_order_relaxed);
+        op = c.op.load(std::memory_order_relaxed);
+        c.token.store(0, std::memory_order_release);
+        found = true;
+      }
+    }
+    (void)s;
+  }
+  if (!found) {
+    OpRecord r{};
+    if (Recorder::instance().get(rid, &r)) {
+      start = r.t_start_ns;
+      bytes = r.bytes;
+      op = r.op;
+    }
+  }
+  if (cstats_) {
+    stats::OpKindStats& k = cstats_->ops[op % stats::kOpKinds];
+    int64_t dur = now - start;
+    add(&k.calls, 1);
+    add(&k.bytes, bytes);
+    add(&k.total_ns, uint64_t(dur > 0 ? dur : 0));
+    if (!ok) {
+      add(&k.errors, 1);
+      __atomic_store_n(&cstats_->failed, 1u, __ATOMIC_RELAXED);
+    }
+    uint64_t us = uint64_t(dur > 0 ? dur : 0) / 1000;
+    uint32_t b = us ? std::min<uint32_t>(64 - uint32_t(__builtin_clzll(us)), stats::kLatencyBuckets - 1) : 0;
+    add(&k.latency[b], 1);
+    if (ok && bytes && dur > 0) {
+      uint64_t mbps = uint64_t(double(bytes) * 1000.0 / double(dur) * busBwFactor(op, size()));
+      uint32_t bb = mbps ? std::min<uint32_t>(64 - uint32_t(__builtin_clzll(mbps)), stats::kBandwidthBuckets - 1) : 0;
+      add(&k.busbw[bb], 1);
+    }
+    InFlight f;
+    if (!inFlight(&f)) __atomic_store_n(&cstats_->inflight_record, uint64_t(0), __ATOMIC_RELEASE);
+  }
+  if (Runtime* rt = Runtime::get()) rt->noteProgress();
+}
+
+bool ExternalComm::inFlight(InFlight* out) const {
+  bool any = false;
+  for (const Slot& s : slots_) {
+    uint64_t t = s.token.load(std::memory_order_acquire);
+    if (!t) continue;
+    int64_t start = s.start_ns.load(std::memory_order_relaxed);
+    if (!any || start < out->start_ns) {
+      out->record_id = t - 1;
+      out->start_ns = start;
+      out->last_progress_ns = start;  // a vendor library tells us no finer progress
+      out->waiting_on.clear();
+      any = true;
+    }
+  }
+  return any;
+}
+
+void ExternalComm::requestAbort(const std::string& why) {
+  HETOBS_WARN("HETOBS_ABORT_ON_HANG cannot abort a %s op from outside; the hang stays recorded (%s)",
+              backendName(backend_), why.c_str());
+  abort_.store(true, std::memory_order_release);
+}
+
+void ExternalComm::writeMetadata(JsonWriter& w) const {
+  w.beginObject();
+  w.field("comm_id", id_).field("size", size()).field("rank", rank_).field("backend", backendName(backend_));
+  w.field("name", name_);
+  w.key("global_ranks").beginArray();
+  for (int g : global_) w.value(g);
+  w.endArray();
+  w.key("ring").beginArray();
+  for (int g : global_) w.value(g);
+  w.endArray();
+  w.key("transports").beginObject().endObject();
+  w.endObject();
+}
+
+void ExternalComm::writeState(JsonWriter& w, int64_t nowMono) const {
+  w.beginObject();
+  w.field("comm_id", id_).field("size", size()).field("rank", rank_).field("backend", backendName(backend_));
+  w.key("global_ranks").beginArray();
+  for (int g : global_) w.value(g);
+  w.endArray();
+  w.key("ring").beginArray();
+  for (int g : global_) w.value(g);
+  w.endArray();
+  w.field("last_coll_seq", collSeq_.load()).field("last_p2p_seq", p2pSeq_.load());
+  w.field("failed", cstats_ && __atomic_load_n(&cstats_->failed, __ATOMIC_RELAXED) != 0).nullField("cause");
+  InFlight f;
+  OpRecord r{};
+  if (inFlight(&f) && Recorder::instance().get(f.record_id, &r)) {
+    bool p2p = isP2P(OpKind(r.op));
+    w.key("in_flight").beginObject();
+    w.field("record_id", r.record_id).field("collective_seq_id", r.coll_seq).field("p2p_seq_id", r.p2p_seq);
+    w.field("op", opName(OpKind(r.op))).field("dtype", dtypeName(DType(r.dtype)));
+    w.field("count", r.count).field("bytes", r.bytes);
+    if (!p2p && r.root_or_peer >= 0) w.field("root", r.root_or_peer);
+    else w.nullField("root");
+    if (p2p) w.field("peer", r.root_or_peer);
+    else w.nullField("peer");
+    w.field("algorithm", algorithmName(Algorithm(r.algorithm))).field("state", opStateName(OpState(r.state)));
+    w.field("time_created_ns", monoToWallNs(r.t_enqueue_ns));
+    w.field("time_discovered_started_ns", monoToWallNs(r.t_start_ns));
+    w.field("seconds_in_op", double(nowMono - f.start_ns) / 1e9);
+    w.key("peers").beginArray().endArray();  // the vendor library does not expose per-peer progress
+    w.endObject();
+  } else {
+    w.nullField("in_flight");
+  }
+  w.key("links").beginArray().endArray();
+  w.endObject();
+}
+
+}  // namespace hetobs

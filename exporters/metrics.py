@@ -1,0 +1,163 @@
+"""Turn one `Snapshot` into metric families: the single function every exporter uses.
+
+`families(snapshot)` is the only place that decides what a number means (state of a
+rank, bandwidth of an op kind, age of a link). The Prometheus collector renders its
+output as exposition families and the OpenTelemetry instruments report the very
+same samples as observations, so the two exporters cannot disagree.
+
+Everything is derived from counters the native core keeps in the stats segment;
+nothing is remembered between snapshots (a restarted exporter serves the same
+numbers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from hetobs import stats
+
+from .naming import METRICS, RANK_STATES, SEGMENT_PROBLEMS, MetricSpec, size_class
+from .source import RankEntry, Snapshot
+
+__all__ = ["Family", "families", "busbw_factor", "rank_state", "seconds_since_progress", "LATENCY_LE", "BUSBW_LE"]
+
+Labels = tuple[str, ...]
+
+# Cumulative bucket bounds, as Prometheus `le` strings. Native bucket b counts values
+# below 2**b (µs for latency, MB/s for busbw); the last native bucket is open-ended.
+LATENCY_LE: tuple[str, ...] = tuple(repr(2.0**b / 1e6) for b in range(stats.LATENCY_BUCKETS - 1)) + ("+Inf",)
+BUSBW_LE: tuple[str, ...] = tuple(repr(2.0**b * 1e6) for b in range(stats.BANDWIDTH_BUCKETS - 1)) + ("+Inf",)
+
+
+@dataclass
+class Family:
+    """Samples of one metric. Histogram samples are (labels, cumulative bucket counts, sum or None)."""
+
+    spec: MetricSpec
+    samples: list[tuple[Labels, float]] = field(default_factory=list)
+    histograms: list[tuple[Labels, list[float], float | None]] = field(default_factory=list)
+
+
+def busbw_factor(op: str, n: int) -> float:
+    """nccl-tests' bus bandwidth factor (the native recorder's busBwFactor)."""
+    if n <= 1:
+        return 0.0 if op == "all_reduce" else 1.0
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def seconds_since_progress(st: stats.RankStats, now_ns: int) -> float:
+    return max(0.0, (now_ns - st.last_progress_ns) / 1e9)
+
+
+def rank_state(st: stats.RankStats, now_ns: int) -> str:
+    """healthy | suspect | stuck | stopped | dead | exited (see naming.RANK_STATES).
+
+    Stuck: an op is in flight and nothing progressed for the hang timeout. Suspect:
+    half of it, or a watchdog that stopped beating. An idle rank is never stuck: time
+    between collectives is the application's business.
+    """
+    if st.exited_cleanly:
+        return "exited"
+    if st.stale:
+        return "dead"
+    age = seconds_since_progress(st, now_ns)
+    inflight = any(c.inflight_record is not None for c in st.comms)
+    timeout = st.hang_timeout_s if st.hang_timeout_s > 0 else float("inf")
+    if inflight and age >= timeout:
+        return "stuck"
+    if st.process == "stopped":
+        return "stopped"
+    beat_age = (now_ns - st.heartbeat_ns) / 1e9
+    if (inflight and age >= timeout / 2) or beat_age >= max(timeout, 5.0):
+        return "suspect"
+    return "healthy"
+
+
+def _fams() -> dict[str, Family]:
+    return {m.name: Family(m) for m in METRICS}
+
+
+def _rank_metrics(f: dict[str, Family], job: str, e: RankEntry, now: int) -> None:
+    rl: Labels = (job, str(e.rank), e.host)
+    f["hetobs_rank_up"].samples.append((rl, 1.0 if e.live else 0.0))
+    for p in SEGMENT_PROBLEMS:
+        if e.problem == p:
+            f["hetobs_segment_problem"].samples.append(((job, str(e.rank), p), 1.0))
+    st = e.stats
+    if st is None:
+        if e.exited_cleanly:
+            for s in RANK_STATES:
+                f["hetobs_rank_state"].samples.append((rl + (s,), 1.0 if s == "exited" else 0.0))
+        return
+    state = rank_state(st, now)
+    for s in RANK_STATES:
+        f["hetobs_rank_state"].samples.append((rl + (s,), 1.0 if s == state else 0.0))
+    f["hetobs_seconds_since_progress"].samples.append((rl, seconds_since_progress(st, now)))
+    f["hetobs_heartbeat_age_seconds"].samples.append((rl, max(0.0, (now - st.heartbeat_ns) / 1e9)))
+    f["hetobs_hang_timeout_seconds"].samples.append((rl, st.hang_timeout_s))
+    f["hetobs_hangs_detected"].samples.append((rl, float(st.hangs_detected)))
+    f["hetobs_dumps_written"].samples.append((rl, float(st.dumps_written)))
+    for c in st.comms:
+        _comm_metrics(f, rl, c, now)
+    for ln in st.links:
+        _link_metrics(f, rl, ln, now)
+
+
+def _comm_metrics(f: dict[str, Family], rl: Labels, c: stats.CommStats, now: int) -> None:
+    cl = rl + (str(c.comm_id),)
+    f["hetobs_inflight_ops"].samples.append((cl, 1.0 if c.inflight_record is not None else 0.0))
+    if c.inflight_record is not None and c.inflight_op and c.inflight_start_ns:
+        age = max(0.0, (now - c.inflight_start_ns) / 1e9)
+        f["hetobs_inflight_op_seconds"].samples.append((cl + (c.inflight_op,), age))
+    f["hetobs_collective_seq"].samples.append((cl, float(c.coll_seq)))
+    f["hetobs_comm_failed"].samples.append((cl, 1.0 if c.failed else 0.0))
+    for op, k in c.ops.items():
+        if not k.calls:
+            continue
+        ol = cl + (op,)
+        f["hetobs_collectives"].samples.append((ol, float(k.calls)))
+        f["hetobs_collective_bytes"].samples.append((ol, float(k.bytes)))
+        f["hetobs_collective_errors"].samples.append((ol, float(k.errors)))
+        f["hetobs_collective_duration_seconds"].histograms.append((ol, _cumulative(k.latency), k.total_ns / 1e9))
+        if any(k.busbw):
+            f["hetobs_collective_op_busbw_bytes_per_second"].histograms.append((ol, _cumulative(k.busbw), None))
+        if k.bytes and k.total_ns:
+            algbw = k.bytes / (k.total_ns / 1e9)
+            sl = ol + (size_class(k.bytes / k.calls),)
+            f["hetobs_collective_algbw_bytes_per_second"].samples.append((sl, algbw))
+            f["hetobs_collective_busbw_bytes_per_second"].samples.append((sl, algbw * busbw_factor(op, c.size)))
+
+
+def _link_metrics(f: dict[str, Family], rl: Labels, ln: stats.LinkStats, now: int) -> None:
+    ll = rl + (str(ln.comm_id), str(ln.global_peer), ln.transport)
+    f["hetobs_link_bytes"].samples += [(ll + ("sent",), float(ln.bytes_sent)), (ll + ("recv",), float(ln.bytes_recv))]
+    f["hetobs_link_frames"].samples += [(ll + ("sent",), float(ln.frames_sent)),
+                                        (ll + ("recv",), float(ln.frames_recv))]
+    f["hetobs_link_busy_seconds"].samples.append((ll, ln.busy_ns / 1e9))
+    if ln.busy_ns > 0:
+        f["hetobs_link_bandwidth_bytes_per_second"].samples.append(
+            (ll, (ln.bytes_sent + ln.bytes_recv) / (ln.busy_ns / 1e9)))
+    if ln.last_activity_ns:
+        f["hetobs_link_seconds_since_activity"].samples.append((ll, max(0.0, (now - ln.last_activity_ns) / 1e9)))
+
+
+def _cumulative(buckets: Iterable[int]) -> list[float]:
+    out, total = [], 0
+    for b in buckets:
+        total += b
+        out.append(float(total))
+    return out
+
+
+def families(snapshot: Snapshot) -> list[Family]:
+    """Every family in naming.METRICS order, each present even when it has no samples."""
+    f = _fams()
+    for entry in snapshot.ranks:
+        _rank_metrics(f, snapshot.job, entry, snapshot.time_ns)
+    f["hetobs_exporter_snapshot_seconds"].samples.append(((snapshot.job,), snapshot.read_seconds))
+    return list(f.values())

@@ -1,0 +1,155 @@
+"""Every metric name, unit, type and label set the exporters serve, in one place.
+
+Dashboards, alert rules, the OpenTelemetry instruments and the tests all take names
+from here, so a rename is one edit and `monitoring/` cannot drift unnoticed (a test
+checks every name used there against `served_names()`).
+
+Label rules: every label set is bounded by the job's shape — job id, rank, host,
+communicator, op kind, peer, direction, transport, a message-size class, a state —
+never a sequence id, record id, pid or timestamp, which would make a new series per
+op.
+
+Why `job_id` and not `job`: Prometheus attaches its own `job` label (the scrape
+job) to every series; an exporter label of that name would be renamed
+`exported_job` on ingestion, which is a trap for every query written against it.
+
+Why the message-size class (`msg_size`) sits on the bandwidth gauges only: it is
+derived from bytes / calls of an op kind (the stats segment has no per-size
+counters), so it can move from one class to the next as calls accumulate. On a
+gauge that is harmless; on a counter it would split one monotonic series into two
+and break `rate()`. The classes follow NCCL Inspector's idea of grouping
+collectives by message size, in powers of 4 from 1 KiB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "MetricSpec", "METRICS", "BY_NAME", "served_names", "otel_name", "otel_unit", "size_class", "SIZE_CLASSES",
+    "RANK_STATES", "SEGMENT_PROBLEMS", "RANK", "COMM", "OP", "LINK",
+]
+
+# Label sets (order is the order of label values in every sample).
+RANK = ("job_id", "rank", "host")
+COMM = RANK + ("comm",)
+OP = COMM + ("op",)
+LINK = COMM + ("peer", "transport")
+
+# Per-rank state (hetobs_rank_state{state=...} is 1 for the current one, 0 for the others).
+RANK_STATES = ("healthy", "suspect", "stuck", "stopped", "dead", "exited")
+# Why a rank's segment could not be used (hetobs_segment_problem{problem=...}).
+SEGMENT_PROBLEMS = ("version", "foreign", "truncated", "unreadable", "vanished")
+
+_KIB = 1024
+# (upper bound in bytes, label); the last class is open-ended.
+SIZE_CLASSES: tuple[tuple[float, str], ...] = (
+    (0, "0"), (_KIB, "le1KiB"), (16 * _KIB, "le16KiB"), (256 * _KIB, "le256KiB"), (4 * _KIB**2, "le4MiB"),
+    (64 * _KIB**2, "le64MiB"), (_KIB**3, "le1GiB"), (float("inf"), "gt1GiB"),
+)
+
+
+def size_class(message_bytes: float) -> str:
+    """The bounded message-size label for a mean message size in bytes."""
+    for bound, label in SIZE_CLASSES:
+        if message_bytes <= bound:
+            return label
+    return SIZE_CLASSES[-1][1]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric family. `name` is the base name (counters are served with `_total`)."""
+
+    name: str
+    kind: str  # counter | gauge | histogram
+    unit: str  # Prometheus unit suffix ('' when none)
+    labels: tuple[str, ...]
+    help: str
+    otel_unit: str = ""  # UCUM unit when the name carries no unit suffix (hetobs_seconds_since_progress)
+    has_sum: bool = True  # histograms: False when only the buckets are known
+
+    @property
+    def samples(self) -> tuple[str, ...]:
+        """The sample names Prometheus stores for this family."""
+        if self.kind == "counter":
+            return (self.name + "_total",)
+        if self.kind == "histogram":
+            return (self.name + "_bucket", self.name + "_count", self.name + "_sum") if self.has_sum else (
+                self.name + "_bucket",)
+        return (self.name,)
+
+
+def _m(name: str, kind: str, unit: str, labels: tuple[str, ...], help: str, **kw: object) -> MetricSpec:
+    return MetricSpec(name, kind, unit, labels, help, **kw)  # type: ignore[arg-type]
+
+
+METRICS: tuple[MetricSpec, ...] = (
+    # --- reachability and health, one series per rank --------------------------------------
+    _m("hetobs_rank_up", "gauge", "", RANK,
+       "1 when the rank's stats segment was read and its process lives (running or stopped), else 0."),
+    _m("hetobs_segment_problem", "gauge", "", ("job_id", "rank", "problem"),
+       "1 when the rank's stats segment cannot be used: version, foreign, truncated, unreadable or vanished."),
+    _m("hetobs_rank_state", "gauge", "", RANK + ("state",),
+       "1 for the rank's current state: healthy, suspect, stuck (no progress in an op past the hang timeout), "
+       "stopped, dead or exited."),
+    _m("hetobs_seconds_since_progress", "gauge", "", RANK,
+       "Seconds since the rank's last completed op or progress step (the hang gauge).", otel_unit="s"),
+    _m("hetobs_heartbeat_age_seconds", "gauge", "seconds", RANK,
+       "Seconds since the rank's watchdog last beat; grows when the process is stopped or dead."),
+    _m("hetobs_hang_timeout_seconds", "gauge", "seconds", RANK,
+       "The rank's HETOBS_HANG_TIMEOUT: seconds without progress in an op before the watchdog dumps."),
+    _m("hetobs_hangs_detected", "counter", "", RANK, "Hangs the rank's watchdog detected."),
+    _m("hetobs_dumps_written", "counter", "", RANK, "Dumps the rank wrote (hang, error, on demand, signal)."),
+    # --- per communicator ------------------------------------------------------------------
+    _m("hetobs_inflight_ops", "gauge", "", COMM, "1 while an op runs on this communicator, else 0."),
+    _m("hetobs_inflight_op_seconds", "gauge", "seconds", OP,
+       "Age of the op running on this communicator (present only while one runs)."),
+    _m("hetobs_collective_seq", "gauge", "", COMM,
+       "Last collective sequence id issued on this communicator (ranks behind the others stand out)."),
+    _m("hetobs_comm_failed", "gauge", "", COMM, "1 once an op on this communicator failed (it is aborted)."),
+    # --- per communicator and op kind -------------------------------------------------------
+    _m("hetobs_collectives", "counter", "", OP, "Ops finished (completed or failed)."),
+    _m("hetobs_collective_bytes", "counter", "bytes", OP,
+       "Message bytes of finished ops, sized as nccl-tests does (all_gather: the gathered size)."),
+    _m("hetobs_collective_errors", "counter", "", OP, "Ops that failed."),
+    _m("hetobs_collective_duration_seconds", "histogram", "seconds", OP,
+       "Op duration (buckets at powers of two microseconds)."),
+    _m("hetobs_collective_op_busbw_bytes_per_second", "histogram", "bytes_per_second", OP,
+       "busbw of each op that moved bytes (buckets at powers of two MB/s; no sum is recorded).", has_sum=False),
+    _m("hetobs_collective_algbw_bytes_per_second", "gauge", "bytes_per_second", OP + ("msg_size",),
+       "Algorithm bandwidth over the op kind's lifetime: bytes / time in ops."),
+    _m("hetobs_collective_busbw_bytes_per_second", "gauge", "bytes_per_second", OP + ("msg_size",),
+       "Bus bandwidth as nccl-tests defines it: algbw x the op's factor (allreduce 2(n-1)/n, ...)."),
+    # --- per link (communicator, peer) ------------------------------------------------------
+    _m("hetobs_link_bytes", "counter", "bytes", LINK + ("direction",), "Bytes moved over the link, per direction."),
+    _m("hetobs_link_frames", "counter", "", LINK + ("direction",), "Transport frames moved over the link."),
+    _m("hetobs_link_busy_seconds", "counter", "seconds", LINK, "Time with a transfer pending on the link."),
+    _m("hetobs_link_bandwidth_bytes_per_second", "gauge", "bytes_per_second", LINK,
+       "Network bandwidth of the link: bytes (both directions) over busy time; separate from busbw."),
+    _m("hetobs_link_seconds_since_activity", "gauge", "seconds", LINK,
+       "Seconds since the last byte moved over the link (absent if none ever did)."),
+    # --- the exporter itself -------------------------------------------------------------------
+    _m("hetobs_exporter_snapshot_seconds", "gauge", "seconds", ("job_id",),
+       "Time this scrape spent reading the job's stats segments and building metrics."),
+)
+
+BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS}
+
+
+def served_names() -> set[str]:
+    """Every sample name a scrape can contain (what PromQL may refer to)."""
+    return {s for m in METRICS for s in m.samples}
+
+
+_OTEL_UNITS = {"seconds": "s", "bytes": "By", "bytes_per_second": "By/s", "": "1"}
+
+
+def otel_name(spec: MetricSpec) -> str:
+    """The OpenTelemetry instrument name: the Prometheus base name, so both read the same."""
+    return spec.name
+
+
+def otel_unit(spec: MetricSpec) -> str:
+    """UCUM unit for OpenTelemetry."""
+    return spec.otel_unit or _OTEL_UNITS[spec.unit]

@@ -1,0 +1,106 @@
+"""Prometheus exposition: a custom collector over a `SnapshotSource`.
+
+The collector keeps no state: each `collect()` takes a fresh snapshot, builds the
+families with `metrics.families()` and renders them (prometheus/client_python's
+custom-collector pattern), so a scrape always shows the segments as they are now and
+two concurrent scrapes cannot interfere. A source that fails outright (say /dev/shm
+unreadable) still yields every family, empty, plus a log line: the scrape succeeds
+and the dashboards show "no data" rather than a dead target.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client import start_http_server as _start_http_server
+from prometheus_client import write_to_textfile
+from prometheus_client.metrics_core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
+                                            Metric)
+
+from .metrics import BUSBW_LE, LATENCY_LE, Family, families
+from .naming import METRICS, MetricSpec
+from .source import InProcessSource, Snapshot, SnapshotSource
+
+__all__ = ["HetobsCollector", "make_registry", "start_http_server", "write_textfile", "render"]
+
+log = logging.getLogger("hetobs.exporters")
+
+_LE = {"hetobs_collective_duration_seconds": LATENCY_LE, "hetobs_collective_op_busbw_bytes_per_second": BUSBW_LE}
+
+
+def _empty(spec: MetricSpec) -> Metric:
+    if spec.kind == "counter":
+        return CounterMetricFamily(spec.name, spec.help, labels=spec.labels, unit=spec.unit)
+    if spec.kind == "histogram":
+        return HistogramMetricFamily(spec.name, spec.help, labels=spec.labels, unit=spec.unit)
+    return GaugeMetricFamily(spec.name, spec.help, labels=spec.labels, unit=spec.unit)
+
+
+def render(fam: Family) -> Metric:
+    """One neutral family as a prometheus_client metric family."""
+    out = _empty(fam.spec)
+    if fam.spec.kind == "histogram":
+        les = _LE[fam.spec.name]
+        for labels, counts, total in fam.histograms:
+            out.add_metric(list(labels), list(zip(les, counts)), total)  # type: ignore[attr-defined]
+    else:
+        for labels, value in fam.samples:
+            out.add_metric(list(labels), value)  # type: ignore[attr-defined]
+    return out
+
+
+class HetobsCollector:
+    """prometheus_client collector for one job (any object with `snapshot()` as its source)."""
+
+    def __init__(self, source: SnapshotSource) -> None:
+        self.source = source
+
+    def describe(self) -> Iterator[Metric]:
+        """Names only, no segment read (the registry calls this at registration)."""
+        for spec in METRICS:
+            yield _empty(spec)
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            snap: Snapshot | None = self.source.snapshot()
+        except Exception:  # a broken source must not turn the target down: log it, serve empty families
+            log.exception("reading the stats segments of job %s failed", getattr(self.source, "job", "?"))
+            snap = None
+        if snap is None:
+            yield from self.describe()
+            return
+        for fam in families(snap):
+            yield render(fam)
+
+
+def make_registry(source: SnapshotSource) -> CollectorRegistry:
+    """A registry of its own holding only the hetobs collector (never the global REGISTRY)."""
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(HetobsCollector(source))
+    return registry
+
+
+def start_http_server(port: int = 9464, addr: str = "127.0.0.1", *, source: SnapshotSource | None = None,
+                      job: str | None = None, registry: CollectorRegistry | None = None):  # type: ignore[no-untyped-def]
+    """Serve /metrics from a daemon thread; returns (server, thread) like prometheus_client.
+
+    Default source: this process's own segment (`InProcessSource(job)`), for a
+    single-process job. Pass `registry` to add the collector to one you serve already
+    (e.g. prometheus_client.REGISTRY); port 0 picks a free port (`server.server_port`).
+    """
+    src = source if source is not None else InProcessSource(job)
+    if registry is None:
+        registry = make_registry(src)
+    else:
+        registry.register(HetobsCollector(src))
+    return _start_http_server(port, addr=addr, registry=registry)
+
+
+def write_textfile(path: str, source: SnapshotSource) -> None:
+    """One scrape written atomically for node_exporter's textfile collector (temp file + rename).
+
+    Raises OSError (with the path) when it cannot be written; no temp file is left.
+    """
+    write_to_textfile(path, make_registry(source))

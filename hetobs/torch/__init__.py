@@ -1,0 +1,35 @@
+"""torch.distributed integration. Importing this module imports torch; `import hetobs` does not.
+
+- `dist.init_process_group("hetobs")`: the native transport as a torch backend.
+- `"hetobs_gloo"` / `"hetobs_nccl"`: Gloo / NCCL for the data path, instrumented by hetobs.
+- `hetobs.torch.wrap(group)`: instrument a group created elsewhere.
+
+The backends are registered by `register()`, which `import hetobs` arranges to run as
+soon as `torch.distributed` is imported (see hetobs/_torch_hook.py).
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from .native_backend import HetobsBackend
+from .wrapped_backend import InstrumentedBackend, wrap
+
+__all__ = ["register", "wrap", "HetobsBackend", "InstrumentedBackend"]
+
+_registered = False
+
+
+def register() -> None:
+    """Register the hetobs backends with torch.distributed (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    from . import native_backend, wrapped_backend
+
+    for name, creator, devices in (("hetobs", native_backend.create, ["cpu", "cuda"]),
+                                   ("hetobs_gloo", wrapped_backend.create_gloo, ["cpu"]),
+                                   ("hetobs_nccl", wrapped_backend.create_nccl, ["cuda"])):
+        if name.upper() not in dist.Backend._plugins:
+            dist.Backend.register_backend(name, creator, extended_api=True, devices=devices)
+    _registered = True

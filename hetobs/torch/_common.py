@@ -1,0 +1,73 @@
+"""Shared by the torch backends: op codes, reduction mapping, staging, completed works."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, Iterable
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+from ..buffers import DTYPES
+from ..comm import OPS, REDUCTIONS
+
+__all__ = ["reduction", "done", "staged", "comm_id_for", "dtype_code", "OPS", "REDUCTIONS"]
+
+_REDUCTIONS = {
+    dist.ReduceOp.SUM: "sum", dist.ReduceOp.PRODUCT: "prod", dist.ReduceOp.MIN: "min",
+    dist.ReduceOp.MAX: "max", dist.ReduceOp.AVG: "avg",
+}
+
+
+def reduction(op: Any) -> str:
+    """torch ReduceOp -> hetobs reduction name (ValueError for PREMUL_SUM, BAND, ...)."""
+    for k, v in _REDUCTIONS.items():
+        if op == k:
+            return v
+    raise ValueError(f"reduce op {op} is not supported by hetobs (sum, product, min, max, avg are)")
+
+
+def done(result: Any = None) -> Any:
+    """A torch Work that is already complete (ops run to completion before returning)."""
+    fut: torch.futures.Future[Any] = torch.futures.Future()
+    fut.set_result(result)
+    return _create_work_from_future(fut)
+
+
+class staged:
+    """Context manager yielding a CPU tensor for `t`; device tensors are copied in and back out.
+
+    The native transport moves host memory: a device tensor goes through a host copy
+    (a pipelined host relay is on the roadmap; this is the simple, correct version).
+    """
+
+    def __init__(self, t: torch.Tensor, *, copy_in: bool = True, copy_out: bool = True) -> None:
+        self.t, self.copy_in, self.copy_out = t, copy_in, copy_out
+        self.host: torch.Tensor | None = None
+
+    def __enter__(self) -> torch.Tensor:
+        if self.t.device.type == "cpu" and self.t.is_contiguous():
+            self.host = self.t
+        elif self.copy_in:
+            self.host = self.t.detach().to("cpu", copy=True).contiguous()
+        else:
+            self.host = torch.empty(self.t.shape, dtype=self.t.dtype, device="cpu")
+        return self.host
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None and self.copy_out and self.host is not None and self.host is not self.t:
+            self.t.copy_(self.host)
+
+
+def comm_id_for(group_id: str) -> int:
+    """A communicator id every member derives alike from torch's group name (53 bits, nonzero)."""
+    return (zlib.crc32(group_id.encode()) << 21 | zlib.adler32(group_id.encode()) & 0x1FFFFF) or 1
+
+
+def dtype_code(t: torch.Tensor) -> int:
+    return DTYPES.get(str(t.dtype).removeprefix("torch."), -1)
+
+
+def numel(ts: Iterable[torch.Tensor]) -> int:
+    return sum(int(t.numel()) for t in ts)

@@ -1,0 +1,173 @@
+"""Launch a job of tests/telemetry_programs.py ranks and talk to them (events on stdout, commands on stdin).
+
+Used by the telemetry tests and bench/scrape_bench.py. Every rank runs in its own
+session; `close()` SIGKILLs every process group still alive and removes the stats
+segments the killed ranks left in /dev/shm. Also starts helper processes (the
+exporter, Prometheus) the same way, so one `close()` ends everything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO = TESTS_DIR.parent
+PROGRAMS = TESTS_DIR / "telemetry_programs.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RankJob:
+    """N ranks of one program; `wait_event`, `send`, `stop_rank`, `close`."""
+
+    def __init__(self, program: str, world: int, args: Mapping[str, Any] | None = None, *, workdir: Path,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.job_id = f"tel{uuid.uuid4().hex[:10]}"
+        self.world = world
+        self.workdir = Path(workdir)
+        self.hetobs_dir = self.workdir / "hetobs"
+        self.hetobs_dir.mkdir(parents=True, exist_ok=True)
+        self.env = {
+            **os.environ, "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+            "HETOBS_JOB_ID": self.job_id, "HETOBS_DIR": str(self.hetobs_dir), "HETOBS_TRANSPORT": "shm",
+            "HETOBS_DEBUG": "ERROR", "HETOBS_TIMEOUT": "120", "HETOBS_CONNECT_TIMEOUT": "30",
+            "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {}),
+        }
+        self.env.pop("HETOBS_SECRET", None)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.helpers: list[subprocess.Popen[bytes]] = []
+        self.events: dict[int, list[dict[str, Any]]] = {r: [] for r in range(world)}
+        self._buf: dict[int, bytes] = {r: b"" for r in range(world)}
+        self._logs: list[Any] = []
+        self.killed = False
+        argv = [sys.executable, str(PROGRAMS), program, json.dumps(dict(args or {}))]
+        try:
+            for r in range(world):
+                err = open(self.workdir / f"rank-{r}.err", "wb")
+                self._logs.append(err)
+                self.procs.append(subprocess.Popen(argv, env={**self.env, "RANK": str(r)}, cwd=str(REPO),
+                                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                                   start_new_session=True))
+        except BaseException:
+            self.close()
+            raise
+
+    # -- events and commands ---------------------------------------------------------
+    def _stderr(self) -> str:
+        out = []
+        for r in range(self.world):
+            p = self.workdir / f"rank-{r}.err"
+            out.append(f"--- rank {r} stderr:\n{p.read_text(errors='replace')[-3000:] if p.exists() else ''}")
+        return "\n".join(out)
+
+    def wait_event(self, rank: int, name: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Block until `rank` prints event `name`; AssertionError (with stderr) on timeout or exit."""
+        end = time.monotonic() + timeout
+        p = self.procs[rank]
+        assert p.stdout is not None
+        while True:
+            for ev in self.events[rank]:
+                if ev.get("event") == name:
+                    return ev
+            left = end - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"rank {rank} did not report {name!r} within {timeout}s\n{self._stderr()}")
+            ready, _, _ = select.select([p.stdout], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(p.stdout.fileno(), 1 << 20)
+            if not chunk:
+                raise AssertionError(f"rank {rank} exited ({p.wait()}) before {name!r}\n{self._stderr()}")
+            *lines, self._buf[rank] = (self._buf[rank] + chunk).split(b"\n")
+            for line in lines:
+                if line.startswith(b"@@ "):
+                    self.events[rank].append(json.loads(line[3:]))
+
+    def wait_all(self, name: str, timeout: float = 60.0) -> list[dict[str, Any]]:
+        return [self.wait_event(r, name, timeout) for r in range(self.world)]
+
+    def send(self, line: str, ranks: Sequence[int] | None = None) -> None:
+        for r in (range(self.world) if ranks is None else ranks):
+            stdin = self.procs[r].stdin
+            assert stdin is not None
+            stdin.write(line.encode() + b"\n")
+            stdin.flush()
+
+    # -- helpers (exporter, prometheus) ------------------------------------------------
+    def helper(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, log: str) -> subprocess.Popen[bytes]:
+        """Start a helper process in its own session, stderr to `log` in the workdir; killed by close()."""
+        err = open(self.workdir / log, "wb")
+        self._logs.append(err)
+        p = subprocess.Popen(list(argv), env={**os.environ, **(env or {})}, cwd=str(REPO), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        self.helpers.append(p)
+        return p
+
+    def log_text(self, log: str) -> str:
+        p = self.workdir / log
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    def wait_log(self, log: str, needle: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> str:
+        """Wait until `needle` appears in a helper's log (it flushes per line); returns the log."""
+        end = time.monotonic() + timeout
+        while True:
+            text = self.log_text(log)
+            if needle in text:
+                return text
+            if proc.poll() is not None:
+                raise AssertionError(f"{log}: process exited ({proc.returncode}) before {needle!r}:\n{text[-3000:]}")
+            if time.monotonic() > end:
+                raise AssertionError(f"{log}: no {needle!r} within {timeout}s:\n{text[-3000:]}")
+            time.sleep(0.02)  # polling a file the helper writes, with a deadline
+
+    # -- teardown -------------------------------------------------------------------------
+    def segments(self) -> list[str]:
+        from hetobs import stats
+
+        return stats.segment_paths(self.job_id)
+
+    def close(self) -> None:
+        for p in self.procs + self.helpers:
+            if p.poll() is None:
+                self.killed = True
+                try:
+                    os.killpg(p.pid, signal.SIGCONT)
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs + self.helpers:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
+                pass
+            for f in (p.stdin, p.stdout):
+                if f is not None:
+                    f.close()
+        for f in self._logs:
+            f.close()
+        self._logs.clear()
+        for path in self.segments():  # left by ranks we killed
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "RankJob":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
