@@ -127,8 +127,8 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("hetobs_link_busy_seconds", "counter", "seconds", LINK, "Time with a transfer pending on the link."),
     _m("hetobs_link_bandwidth_bytes_per_second", "gauge", "bytes_per_second", LINK,
        "Network bandwidth of the link: bytes (both directions) over busy time; separate from busbw."),
-    _m("hetobs_link_seconds_since_activity", "gauge", "seconds", LINK,
-       "Seconds since the last byte moved over the link (absent if none ever did)."),
+    _m("hetobs_link_seconds_since_activity", "gauge", "", LINK,
+       "Seconds since the last byte moved over the link (absent if none ever did).", otel_unit="s"),
     # --- the exporter itself -------------------------------------------------------------------
     _m("hetobs_exporter_snapshot_seconds", "gauge", "seconds", ("job_id",),
        "Time this scrape spent reading the job's stats segments and building metrics."),

@@ -74,7 +74,7 @@ def _endpoint(rank: int, size: int) -> _Endpoint:
     _core.set_log_level(s.debug)
     native = _core.Endpoint(rank, size, s.job_id, s.secret, s.transport, s.timeout, s.connect_timeout,
                             s.small_bytes, s.dir, s.hang_timeout, s.abort_on_hang, s.dump_signal, s.records,
-                            s.watchdog)
+                            s.watchdog, s.bw_log, s.bw_log_interval, s.bw_log_file)
     from ._lifecycle import install
 
     install()

@@ -40,6 +40,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("HETOBS_WATCHDOG", "1", "0 turns off the watchdog, dumps, side-channel requests and the stats segment."),
     Setting("HETOBS_ABORT_ON_HANG", "0", "1: after the hang dump, fail the stuck op with an error instead of waiting."),
     Setting("HETOBS_DUMP_SIGNAL", "off", "A signal (name or number, e.g. SIGUSR2) that makes this rank dump; chains to prior handlers."),
+    Setting("HETOBS_BW_LOG", "off", "Bandwidth log: off, verbose (a line per collective) or agg (per comm and op per interval)."),
+    Setting("HETOBS_BW_LOG_INTERVAL", "15", "Seconds per aggregated bandwidth-log line (HETOBS_BW_LOG=agg)."),
+    Setting("HETOBS_BW_LOG_FILE", "(stderr)", "Bandwidth log file; %h = host, %p = pid, %r = rank."),
     Setting("HETOBS_SMALL_BYTES", "65536", "all_reduce payloads up to this size use the latency path (direct exchange)."),
     Setting("HETOBS_DEBUG", "WARN", "Native log level: ERROR, WARN, INFO or DEBUG (to stderr)."),
     Setting("HETOBS_OTEL_SAMPLE", "0.01", "Fraction of collectives exported as OpenTelemetry spans (0..1; chosen per communicator and sequence id, so every rank keeps the same ones)."),
@@ -61,6 +64,9 @@ class Settings:
     abort_on_hang: bool
     dump_signal: int
     small_bytes: int
+    bw_log: str
+    bw_log_interval: float
+    bw_log_file: str
     debug: str
     otel_sample: float = 0.01
 
@@ -132,6 +138,9 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         abort_on_hang=_choice(env, "HETOBS_ABORT_ON_HANG", "0", ("0", "1", "true", "false")) in ("1", "true"),
         dump_signal=_signal(env, "HETOBS_DUMP_SIGNAL"),
         small_bytes=int(_number(env, "HETOBS_SMALL_BYTES", "65536", int, 0)),
+        bw_log=_choice(env, "HETOBS_BW_LOG", "off", ("off", "verbose", "agg")),
+        bw_log_interval=float(_number(env, "HETOBS_BW_LOG_INTERVAL", "15", float, 0.1)),
+        bw_log_file=env.get("HETOBS_BW_LOG_FILE", ""),
         debug=_choice(env, "HETOBS_DEBUG", "WARN", ("error", "warn", "info", "debug")).upper(),
         otel_sample=min(1.0, float(_number(env, "HETOBS_OTEL_SAMPLE", "0.01", float, 0.0))),
     )

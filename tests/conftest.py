@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -119,5 +119,3 @@ def leak_check(launcher: Launcher) -> Iterator[LeakCheck]:
     if problems:
         pytest.fail("\n".join(problems))
 
-
-Factory = Callable[..., Job]

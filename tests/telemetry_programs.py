@@ -124,7 +124,29 @@ def prog_many_comms(args: dict[str, Any]) -> None:
     command()
 
 
-PROGRAMS = {"workload": prog_workload, "many_comms": prog_many_comms}
+def prog_inprocess(args: dict[str, Any]) -> None:
+    """One process exporting itself: `hetobs.exporters.start_http_server(0)` and/or
+    `start_otel(sample=1)`, then `rounds` of WORKLOAD; reports `serving` with the port and
+    waits for a line; then flushes OpenTelemetry (shutdown) and exits."""
+    import hetobs
+    from hetobs import exporters
+
+    comm = hetobs.init()
+    port = None
+    if args.get("http"):
+        server, _thread = exporters.start_http_server(0)
+        port = server.server_port
+    pipeline = exporters.start_otel(sample=1.0, interval=0.1) if args.get("otel") else None
+    for _ in range(int(args.get("rounds", 1))):
+        _run_round(comm)
+    event("serving", port=port)
+    command()
+    if pipeline is not None:
+        pipeline.shutdown()
+    comm.close()
+
+
+PROGRAMS = {"workload": prog_workload, "many_comms": prog_many_comms, "inprocess": prog_inprocess}
 
 if __name__ == "__main__":
     PROGRAMS[sys.argv[1]](json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})

@@ -115,7 +115,8 @@ void registerComm(py::module_& m) {
       .def(py::init([](int rank, int size, const std::string& job, const std::string& secret,
                        const std::string& transport, double timeout, double connectTimeout, size_t smallBytes,
                        const std::string& dir, double hangTimeout, bool abortOnHang, int dumpSignal,
-                       uint32_t records, bool watchdog) {
+                       uint32_t records, bool watchdog, const std::string& bwLog, double bwLogInterval,
+                       const std::string& bwLogFile) {
              CommConfig cfg;
              cfg.rank = rank;
              cfg.size = size;
@@ -131,11 +132,15 @@ void registerComm(py::module_& m) {
              cfg.dump_signal = dumpSignal;
              cfg.records = records;
              cfg.watchdog = watchdog;
+             cfg.bw_log = bwLog;
+             cfg.bw_log_interval_s = bwLogInterval;
+             cfg.bw_log_file = bwLogFile;
              return std::make_shared<Endpoint>(cfg);
            }),
            py::arg("rank"), py::arg("size"), py::arg("job_id"), py::arg("secret"), py::arg("transport"),
            py::arg("timeout"), py::arg("connect_timeout"), py::arg("small_bytes"), py::arg("dir"),
-           py::arg("hang_timeout"), py::arg("abort_on_hang"), py::arg("dump_signal"), py::arg("records"), py::arg("watchdog") = true)
+           py::arg("hang_timeout"), py::arg("abort_on_hang"), py::arg("dump_signal"), py::arg("records"), py::arg("watchdog") = true,
+           py::arg("bw_log") = "off", py::arg("bw_log_interval") = 15.0, py::arg("bw_log_file") = "")
       .def("card", [](const Endpoint& e) { return py::bytes(e.card().encode()); })
       .def_property_readonly("address", [](const Endpoint& e) { return py::make_tuple(e.card().ip, e.card().port); })
       .def("refused_connections", [](Endpoint& e) { return e.listener().refused(); })

@@ -141,8 +141,10 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
 
     # Stage 3: inside collectives every rank joined.
     for st in stuck:
-        if st.not_joined or st.failed or any(r in blamed for r in st.no_dump):
-            continue
+        explained = any(v.comm == st.comm for v in verdicts) or any(r in blamed for r in st.no_dump) or \
+            any(r in blamed for r in st.failed)
+        if st.not_joined or explained:
+            continue  # a rank missing from the op, or a cascade already explained: counters would mislead
         for v in walk(job, st, stall_s):
             add(v)
 

@@ -92,6 +92,9 @@ def find_stuck(job: LoadedJob, stall_s: float) -> list[Stuck]:
             known = [p for p in positions.values() if p]
             if known and min(positions.values(), key=lambda p: p or 0) != max(known):
                 stuck_seqs.append(max(known))
+            elif known and all(v is not None and v.in_flight is not None and v.in_flight.rec.state == "started"
+                               and v.in_flight.rec.seq == max(known) for v in views.values()):
+                stuck_seqs.append(max(known))  # NCCL: every rank entered it and none completed it
         if not stuck_seqs:
             continue
         seq = min(stuck_seqs)

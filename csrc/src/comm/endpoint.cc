@@ -44,6 +44,9 @@ Endpoint::Endpoint(CommConfig cfg) : cfg_(std::move(cfg)) {
   rc.abort_on_hang = cfg_.abort_on_hang;
   rc.dump_signal = cfg_.dump_signal;
   rc.records = cfg_.records;
+  rc.bw_log = cfg_.bw_log;
+  rc.bw_log_interval_s = cfg_.bw_log_interval_s;
+  rc.bw_log_file = cfg_.bw_log_file;
   Runtime* runtime = cfg_.watchdog ? &Runtime::init(rc) : nullptr;
   if (!runtime) Recorder::instance().configure(cfg_.records);
   listener_ = std::make_unique<Listener>(cred_, "0.0.0.0");

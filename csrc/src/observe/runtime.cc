@@ -68,6 +68,12 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg), jobDir_(cfg.dir, cfg.job
   } catch (const Error& e) {
     HETOBS_WARN("job directory unusable, dumps will fail: %s", e.what());
   }
+  try {
+    bwLog_ = std::make_unique<BwLog>(parseBwLogMode(cfg.bw_log), cfg.bw_log_interval_s, cfg.bw_log_file, cfg.rank,
+                                     host_);
+  } catch (const Error& e) {
+    HETOBS_WARN("%s; bandwidth log off", e.what());
+  }
   wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (cfg.dump_signal > 0) {
     gSignalWakeFd = wakeFd_;
@@ -165,6 +171,7 @@ void Runtime::writeMetadata() {
 void Runtime::markExit(bool clean) {
   if (exited_.exchange(true)) return;
   cleanExit_ = clean;
+  if (bwLog_) bwLog_->finish(monoNs());
   writeMetadata();
   stats_->markExited();
   if (!unixPath_.empty()) unlink(unixPath_.c_str());

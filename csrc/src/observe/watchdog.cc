@@ -21,7 +21,9 @@ void Runtime::watchdogLoop() {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, nullptr);
-  const int64_t tickNs = std::clamp<int64_t>(int64_t(cfg_.hang_timeout_s * 1e9 / 10), 10000000, 500000000);
+  int64_t tickNs = std::clamp<int64_t>(int64_t(cfg_.hang_timeout_s * 1e9 / 10), 10000000, 500000000);
+  // The verbose bandwidth log drains the record ring: tick often enough not to lose lines.
+  if (bwLog_ && bwLog_->enabled()) tickNs = std::min<int64_t>(tickNs, 100000000);
   for (;;) {
     pollfd p{wakeFd_, POLLIN, 0};
     poll(&p, 1, int(tickNs / 1000000));
@@ -48,6 +50,7 @@ void Runtime::watchdogLoop() {
     }
     for (auto& req : work) dump(req);
     checkHangs();
+    if (bwLog_) bwLog_->poll(monoNs());
   }
 }
 

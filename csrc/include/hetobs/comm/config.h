@@ -26,6 +26,9 @@ struct CommConfig {
   bool abort_on_hang = false;
   int dump_signal = 0;
   uint32_t records = 2048;
+  std::string bw_log = "off";
+  double bw_log_interval_s = 15;
+  std::string bw_log_file;
 };
 
 TransportChoice parseTransport(const std::string& s);  // throws Error naming the value

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "hetobs/bootstrap/card.h"
+#include "hetobs/observe/bw_log.h"
 #include "hetobs/observe/job_dir.h"
 #include "hetobs/stats/segment.h"
 
@@ -36,6 +37,9 @@ struct RuntimeConfig {
   bool abort_on_hang = false;
   int dump_signal = 0;    // 0: off
   uint32_t records = 2048;
+  std::string bw_log = "off";   // off | verbose | agg
+  double bw_log_interval_s = 15;
+  std::string bw_log_file;      // empty: stderr
 };
 
 struct DumpRequest {
@@ -93,6 +97,7 @@ class Runtime {
 
   RuntimeConfig cfg_;
   std::unique_ptr<stats::Segment> stats_;
+  std::unique_ptr<BwLog> bwLog_;
   JobDir jobDir_;
   std::vector<Card> world_;
   std::string host_;

@@ -1,0 +1,124 @@
+"""`hetobs top --job ID`: a live view of the job's ranks on this node.
+
+Reads the ranks' stats segments (like the exporter), so it keeps showing a rank that
+hangs or is stopped. Per rank: state, the op in flight with its sequence id, seconds
+since progress (yellow past half the threshold, red past it), busbw/algbw of the last
+window, ops in it; per link: send/receive throughput, busy share and network
+bandwidth. `--once` prints one view (the window is --interval long) and exits;
+`--json` (implies --once) prints it as one plain JSON document.
+
+Exit codes: 0 shown, 3 no segment of the job on this node (--once), 130 never: Ctrl-C
+ends the live view normally (0).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from hetobs.config import from_env
+from hetobs.jobs import job_path
+
+from ._exit_codes import ExitCode
+from ._output import Output
+
+__all__ = ["app"]
+
+app = typer.Typer(add_completion=False, subcommand_metavar="")
+
+_STATE_STYLE = {"healthy": "green", "suspect": "yellow", "stuck": "bold red", "stopped": "yellow", "dead": "red",
+                "exited": "dim", "unknown": "red"}
+
+
+def _num(v: Any, fmt: str = "{:.2f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _age(v: float | None, threshold: float) -> Text:
+    if v is None:
+        return Text("-")
+    style = "bold red" if v >= threshold else "yellow" if v >= threshold / 2 else ""
+    return Text(f"{v:.1f}", style=style)
+
+
+def render(doc: dict[str, Any], threshold: float) -> Group:
+    """The view as rich tables (ranks, then links)."""
+    window = doc["window_s"]
+    ranks = Table(title=f"job {doc['job']}" + (f"  (window {window:.1f} s)" if window else ""), title_justify="left")
+    for col, just in [("rank", "right"), ("host", "left"), ("pid", "right"), ("state", "left"),
+                      ("in flight (comm: op #seq, age)", "left"), ("s since progress", "right"),
+                      ("heartbeat s", "right"), ("busbw GB/s", "right"), ("algbw GB/s", "right"),
+                      ("ops", "right"), ("hangs", "right")]:
+        ranks.add_column(col, justify=just)  # type: ignore[arg-type]
+    for r in doc["ranks"]:
+        state = r.get("state", "unknown")
+        current = "\n".join(f"{c['comm']}: {c['op']} #{c['seq']}, {c['seconds']:.1f}s" for c in r.get("current", []))
+        if r.get("problem"):
+            current = f"{r['problem']}: {r.get('detail') or ''}"
+        ranks.add_row(str(r["rank"]), r.get("host") or "-", str(r.get("pid", "-")),
+                      Text(state, style=_STATE_STYLE.get(state, "")), Text(current or "-"),
+                      _age(r.get("seconds_since_progress"), threshold), _num(r.get("heartbeat_age_s"), "{:.1f}"),
+                      _num(r.get("busbw_gbps")), _num(r.get("algbw_gbps")), _num(r.get("window_ops"), "{}"),
+                      str(r.get("hangs_detected", "-")))
+    links = Table(title="links", title_justify="left")
+    for col in ("rank", "peer", "comm", "transport", "send MB/s", "recv MB/s", "busy %", "net GB/s"):
+        links.add_column(col, justify="left" if col == "transport" else "right")
+    for ln in doc["links"]:
+        busy = ln.get("busy_fraction")
+        links.add_row(str(ln["rank"]), str(ln["peer"]), str(ln["comm"]), ln["transport"], _num(ln.get("send_mbps")),
+                      _num(ln.get("recv_mbps")), _num(None if busy is None else busy * 100, "{:.0f}"),
+                      _num(ln.get("network_gbps")))
+    return Group(ranks, links)
+
+
+@app.callback(invoke_without_command=True)
+def top(
+    job: Annotated[str, typer.Option("--job", help="Job id (HETOBS_JOB_ID of the job).")],
+    interval: Annotated[float, typer.Option("--interval", min=0.05, help="Seconds per refresh (the window).")] = 1.0,
+    once: Annotated[bool, typer.Option("--once", help="Show one view (over one --interval) and exit.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="One plain JSON document on stdout (implies --once).")] = False,
+    threshold: Annotated[float, typer.Option(
+        "--threshold", min=0.0, help="Highlight seconds since progress past this (default: the rank's hang timeout).")
+    ] = 0.0,
+    dir: Annotated[Optional[str], typer.Option("--dir", help="Root of job directories (default: HETOBS_DIR).")] = None,
+    shm_dir: Annotated[str, typer.Option("--shm-dir", hidden=True)] = "/dev/shm",
+) -> None:
+    """Live view of a job's ranks on this node: state, op in flight, progress age, bandwidth."""
+    from hetobs.exporters.source import ShmSource
+    from hetobs.exporters.window import view
+
+    out = Output(json_mode=json_out)
+    source = ShmSource(job, shm_dir=shm_dir, job_dir=job_path(dir or from_env().dir, job))
+    prev = source.snapshot()
+    if once or json_out:
+        if not prev.ranks:
+            out.error(f"no stats segment of job {job} on this node")
+            raise typer.Exit(int(ExitCode.NO_DATA))
+        time.sleep(interval)  # the measurement window, not a synchronisation
+        doc = view(source.snapshot(), prev)
+        if json_out:
+            out.json(doc)
+        else:
+            out._stdout().print(render(doc, threshold or _default_threshold(doc)))
+        return
+    try:
+        with Live(render(view(prev), threshold or 10.0), console=out._stdout(), auto_refresh=False) as live:
+            while True:
+                time.sleep(interval)
+                cur = source.snapshot()
+                doc = view(cur, prev)
+                live.update(render(doc, threshold or _default_threshold(doc)), refresh=True)
+                prev = cur
+    except KeyboardInterrupt:
+        return
+
+
+def _default_threshold(doc: dict[str, Any]) -> float:
+    timeouts = [r["hang_timeout_s"] for r in doc["ranks"] if r.get("hang_timeout_s")]
+    return min(timeouts) if timeouts else 10.0

@@ -1,0 +1,86 @@
+"""Run a short inline program as N real rank processes (for tests whose rank body is a few lines).
+
+The body sees RANK/WORLD_SIZE/MASTER_*/HETOBS_* like any launched rank. Every process
+is started in its own session and killed (with its group) when the job ends or fails;
+segments of ranks that had to be killed are removed from /dev/shm.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from _launch import free_port
+
+__all__ = ["InlineJob", "RankRun"]
+
+
+@dataclass
+class RankRun:
+    rank: int
+    returncode: int | None
+    stdout: str
+    stderr: str
+
+
+class InlineJob:
+    def __init__(self, body: str, world: int, tmp: Path, *, env: Mapping[str, str] | None = None,
+                 rank_env: Mapping[int, Mapping[str, str]] | None = None, transport: str = "shm",
+                 prefix: Sequence[Sequence[str]] | None = None, master_addr: str = "127.0.0.1") -> None:
+        self.job_id = f"i{uuid.uuid4().hex[:11]}"
+        self.dir = tmp / "hetobs"
+        self.procs: list[subprocess.Popen[str]] = []
+        port = str(free_port())
+        for r in range(world):
+            e = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR=master_addr, MASTER_PORT=port,
+                     HETOBS_JOB_ID=self.job_id, HETOBS_DIR=str(self.dir), HETOBS_TRANSPORT=transport,
+                     HETOBS_TIMEOUT="20", HETOBS_CONNECT_TIMEOUT="10", HETOBS_DEBUG="WARN", PYTHONUNBUFFERED="1",
+                     OMP_NUM_THREADS="1")
+            e.pop("HETOBS_SECRET", None)
+            e.update(env or {})
+            e.update((rank_env or {}).get(r, {}))
+            argv = [*(prefix[r] if prefix else []), sys.executable, "-c", body]
+            self.procs.append(subprocess.Popen(argv, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                               text=True, start_new_session=True))
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def wait(self, timeout: float = 60.0) -> list[RankRun]:
+        end = time.monotonic() + timeout
+        runs = []
+        try:
+            for r, p in enumerate(self.procs):
+                out, err = p.communicate(timeout=max(0.1, end - time.monotonic()))
+                runs.append(RankRun(r, p.returncode, out, err))
+        finally:
+            self.kill()
+        return runs
+
+    def kill(self) -> None:
+        killed = False
+        for p in self.procs:
+            if p.poll() is None:
+                killed = True
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.communicate()
+        for name in os.listdir("/dev/shm") if killed or any(p.returncode for p in self.procs) else []:
+            if name.startswith(f"hetobs-stats-{self.job_id}-"):
+                os.unlink(os.path.join("/dev/shm", name))
+
+    def __enter__(self) -> "InlineJob":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
