@@ -122,6 +122,7 @@ def _comm_metrics(f: dict[str, Family], rl: Labels, c: stats.CommStats, now: int
         ol = cl + (op,)
         f["hetobs_collectives"].samples.append((ol, float(k.calls)))
         f["hetobs_collective_bytes"].samples.append((ol, float(k.bytes)))
+        f["hetobs_collective_bus_bytes"].samples.append((ol, k.bytes * busbw_factor(op, c.size)))
         f["hetobs_collective_errors"].samples.append((ol, float(k.errors)))
         f["hetobs_collective_duration_seconds"].histograms.append((ol, _cumulative(k.latency), k.total_ns / 1e9))
         if any(k.busbw):

@@ -112,6 +112,9 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("hetobs_collectives", "counter", "", OP, "Ops finished (completed or failed)."),
     _m("hetobs_collective_bytes", "counter", "bytes", OP,
        "Message bytes of finished ops, sized as nccl-tests does (all_gather: the gathered size)."),
+    _m("hetobs_collective_bus_bytes", "counter", "bytes", OP,
+       "Message bytes x the op's nccl-tests busbw factor: rate() of it over rate() of "
+       "hetobs_collective_duration_seconds_sum is busbw over any window."),
     _m("hetobs_collective_errors", "counter", "", OP, "Ops that failed."),
     _m("hetobs_collective_duration_seconds", "histogram", "seconds", OP,
        "Op duration (buckets at powers of two microseconds)."),

@@ -1,0 +1,45 @@
+#pragma once
+// The HETOBS_* settings read from the environment by native entry points that have no
+// Python (the MPI and NCCL interposers). Same variables, defaults and validation as
+// hetobs/config.py (the source of truth; keep the two in step): an invalid value is
+// one message naming the variable, e.g. "HETOBS_RECORDS='abc': expected a number".
+#include <cstdint>
+#include <string>
+
+#include "hetobs/observe/runtime.h"
+
+namespace hetobs {
+
+struct EnvSettings {
+  std::string job_id;
+  bool job_id_generated = false;  // none of HETOBS_JOB_ID, SLURM_JOB_ID, TORCHELASTIC_RUN_ID was set
+  std::string dir;
+  std::string transport = "auto";
+  std::string secret;
+  double timeout = 600;
+  double connect_timeout = 60;
+  uint32_t records = 2048;
+  double hang_timeout = 300;
+  bool watchdog = true;
+  bool abort_on_hang = false;
+  int dump_signal = 0;  // 0: off
+  uint64_t small_bytes = 65536;
+  std::string debug = "WARN";  // ERROR | WARN | INFO | DEBUG
+  double otel_sample = 0.01;
+};
+
+// Read every setting from the process environment (getenv). Returns false and sets
+// *error (one line, no trailing newline) when a value cannot be used; never throws.
+bool readEnvSettings(EnvSettings* out, std::string* error);
+
+// A job id is a plain name: no '/', not "." or "..", at most 128 characters.
+bool validJobId(const std::string& id);
+// A fresh 12-hex-digit job id (as hetobs.config generates).
+std::string generateJobId();
+// Apply HETOBS_DEBUG to the native logger.
+void applyLogLevel(const EnvSettings& s);
+
+// The runtime's part of the settings, for one rank of a world.
+RuntimeConfig runtimeConfigFrom(const EnvSettings& s, int rank, int worldSize);
+
+}  // namespace hetobs

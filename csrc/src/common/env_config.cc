@@ -1,0 +1,281 @@
+#include "hetobs/common/env_config.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "hetobs/common/error.h"
+#include "hetobs/common/hmac.h"
+#include "hetobs/common/log.h"
+
+namespace hetobs {
+namespace {
+
+struct BadSetting {
+  std::string message;
+};
+
+std::string env(const char* name, const char* dflt, bool* set = nullptr) {
+  const char* v = getenv(name);
+  if (set) *set = v != nullptr;
+  return v ? std::string(v) : std::string(dflt);
+}
+
+std::string strip(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Python's repr() of a str, for messages that read like hetobs.config's.
+std::string pyRepr(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\\' || c == '\'') out += '\\';
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else out += c;
+  }
+  return out + "'";
+}
+
+[[noreturn]] void bad(const char* name, const std::string& raw, const std::string& why) {
+  throw BadSetting{std::string(name) + "=" + pyRepr(raw) + ": " + why};
+}
+
+// Underscores as Python allows them in numbers: single, between two digits.
+bool dropUnderscores(const std::string& in, std::string* out) {
+  out->clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '_') {
+      *out += in[i];
+      continue;
+    }
+    if (i == 0 || i + 1 >= in.size() || !std::isdigit(static_cast<unsigned char>(in[i - 1])) ||
+        !std::isdigit(static_cast<unsigned char>(in[i + 1])))
+      return false;
+  }
+  return true;
+}
+
+// float(raw) as Python parses it: decimal or inf/nan, optional sign, surrounding blanks.
+bool parseFloat(const std::string& raw, double* v) {
+  std::string s;
+  if (!dropUnderscores(strip(raw), &s) || s.empty()) return false;
+  std::string l = lower(s);
+  if (l.find('x') != std::string::npos || l.find('(') != std::string::npos) return false;  // no hex, no nan(...)
+  char* end = nullptr;
+  errno = 0;
+  double d = strtod(s.c_str(), &end);
+  if (end == s.c_str() || *end != '\0') return false;
+  *v = d;
+  return true;
+}
+
+// int(raw) as Python parses it (decimal digits, optional sign, surrounding blanks).
+bool parseInt(const std::string& raw, long long* v, bool* overflow) {
+  std::string s;
+  *overflow = false;
+  if (!dropUnderscores(strip(raw), &s) || s.empty()) return false;
+  size_t i = (s[0] == '+' || s[0] == '-') ? 1 : 0;
+  if (i >= s.size()) return false;
+  for (size_t k = i; k < s.size(); ++k)
+    if (!std::isdigit(static_cast<unsigned char>(s[k]))) return false;
+  errno = 0;
+  *v = strtoll(s.c_str(), nullptr, 10);
+  if (errno == ERANGE) *overflow = true;
+  return true;
+}
+
+std::string fmtMin(double m, bool integer) {
+  if (integer) return std::to_string((long long)m);
+  std::string s = strFormat("%.15g", m);
+  if (s.find('.') == std::string::npos && s.find('e') == std::string::npos) s += ".0";
+  return s;
+}
+
+double numberSetting(const char* name, const char* dflt, double minimum) {
+  std::string raw = env(name, dflt);
+  double v = 0;
+  if (!parseFloat(raw, &v)) bad(name, raw, "expected a number");
+  if (v < minimum) bad(name, raw, "must be at least " + fmtMin(minimum, false));
+  return v;
+}
+
+long long intSetting(const char* name, const char* dflt, long long minimum, long long maximum) {
+  std::string raw = env(name, dflt);
+  long long v = 0;
+  bool overflow = false;
+  if (!parseInt(raw, &v, &overflow)) bad(name, raw, "expected a number");
+  if (!overflow && v < minimum) bad(name, raw, "must be at least " + std::to_string(minimum));
+  if (overflow || v > maximum) bad(name, raw, "must be at most " + std::to_string(maximum));
+  return v;
+}
+
+std::string choiceSetting(const char* name, const char* dflt, std::initializer_list<const char*> choices) {
+  std::string raw = env(name, dflt);
+  std::string v = lower(strip(raw));
+  std::string all;
+  for (const char* c : choices) {
+    if (v == c) return v;
+    all += (all.empty() ? "" : ", ") + std::string(c);
+  }
+  bad(name, raw, "expected one of " + all);
+}
+
+bool flagSetting(const char* name, const char* dflt) {
+  std::string v = choiceSetting(name, dflt, {"0", "1", "true", "false"});
+  return v == "1" || v == "true";
+}
+
+struct SignalName {
+  const char* name;
+  int num;
+};
+
+int signalSetting(const char* name) {
+  std::string raw = strip(env(name, "off"));
+  std::string l = lower(raw);
+  if (l.empty() || l == "off" || l == "0" || l == "none") return 0;
+  int num = 0;
+  bool digits = true;
+  for (char c : raw) digits = digits && std::isdigit(static_cast<unsigned char>(c));
+  if (digits) {
+    num = raw.size() > 6 ? -1 : atoi(raw.c_str());
+  } else {
+    static const SignalName kSignals[] = {
+        {"SIGHUP", SIGHUP},       {"SIGINT", SIGINT},       {"SIGQUIT", SIGQUIT},     {"SIGILL", SIGILL},
+        {"SIGTRAP", SIGTRAP},     {"SIGABRT", SIGABRT},     {"SIGIOT", SIGIOT},       {"SIGBUS", SIGBUS},
+        {"SIGFPE", SIGFPE},       {"SIGKILL", SIGKILL},     {"SIGUSR1", SIGUSR1},     {"SIGSEGV", SIGSEGV},
+        {"SIGUSR2", SIGUSR2},     {"SIGPIPE", SIGPIPE},     {"SIGALRM", SIGALRM},     {"SIGTERM", SIGTERM},
+        {"SIGSTKFLT", SIGSTKFLT}, {"SIGCHLD", SIGCHLD},     {"SIGCONT", SIGCONT},     {"SIGSTOP", SIGSTOP},
+        {"SIGTSTP", SIGTSTP},     {"SIGTTIN", SIGTTIN},     {"SIGTTOU", SIGTTOU},     {"SIGURG", SIGURG},
+        {"SIGXCPU", SIGXCPU},     {"SIGXFSZ", SIGXFSZ},     {"SIGVTALRM", SIGVTALRM}, {"SIGPROF", SIGPROF},
+        {"SIGWINCH", SIGWINCH},   {"SIGIO", SIGIO},         {"SIGPOLL", SIGPOLL},     {"SIGPWR", SIGPWR},
+        {"SIGSYS", SIGSYS},       {"SIGRTMIN", 0},          {"SIGRTMAX", 0},
+    };
+    std::string upper = raw;
+    for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+    if (upper.compare(0, 3, "SIG") != 0) upper = "SIG" + upper;
+    bool found = false;
+    for (const SignalName& s : kSignals) {
+      if (upper == s.name) {
+        num = s.num;
+        if (upper == "SIGRTMIN") num = SIGRTMIN;
+        if (upper == "SIGRTMAX") num = SIGRTMAX;
+        found = true;
+        break;
+      }
+    }
+    if (!found) bad(name, raw, "not a signal name or number");
+  }
+  if (num == SIGKILL || num == SIGSTOP || num <= 0 || num >= NSIG) bad(name, raw, "cannot be caught");
+  return num;
+}
+
+bool usableDir(const std::string& d) {
+  struct stat st {};
+  return !d.empty() && stat(d.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && access(d.c_str(), W_OK | X_OK) == 0;
+}
+
+// tempfile.gettempdir(): TMPDIR, TEMP, TMP, then the usual places, first usable one.
+std::string tempDir() {
+  for (const char* v : {"TMPDIR", "TEMP", "TMP"}) {
+    const char* d = getenv(v);
+    if (d && usableDir(d)) return d;
+  }
+  for (const char* d : {"/tmp", "/var/tmp", "/usr/tmp"})
+    if (usableDir(d)) return d;
+  char cwd[4096];
+  if (getcwd(cwd, sizeof cwd)) return cwd;
+  return "/tmp";
+}
+
+}  // namespace
+
+bool validJobId(const std::string& id) {
+  return !id.empty() && id.find('/') == std::string::npos && id != "." && id != ".." && id.size() <= 128;
+}
+
+std::string generateJobId() {
+  uint8_t b[6];
+  randomBytes(b, sizeof b);
+  std::string s;
+  for (uint8_t x : b) s += strFormat("%02x", x);
+  return s;
+}
+
+bool readEnvSettings(EnvSettings* out, std::string* error) {
+  try {
+    EnvSettings s;
+    bool found = false;
+    for (const char* name : {"HETOBS_JOB_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
+      std::string v = strip(env(name, ""));
+      if (v.empty()) continue;
+      if (!validJobId(v)) bad(name, v, "a job id must be a plain name (no '/', at most 128 chars)");
+      s.job_id = v;
+      found = true;
+      break;
+    }
+    if (!found) {
+      s.job_id = generateJobId();
+      s.job_id_generated = true;
+    }
+    s.dir = env("HETOBS_DIR", "");
+    if (s.dir.empty()) s.dir = tempDir() + "/hetobs-" + std::to_string(getuid());
+    s.transport = choiceSetting("HETOBS_TRANSPORT", "auto", {"auto", "shm", "tcp"});
+    s.secret = env("HETOBS_SECRET", "");
+    s.timeout = numberSetting("HETOBS_TIMEOUT", "600", 0.001);
+    s.connect_timeout = numberSetting("HETOBS_CONNECT_TIMEOUT", "60", 0.1);
+    s.records = uint32_t(intSetting("HETOBS_RECORDS", "2048", 1, 1ll << 30));
+    s.hang_timeout = numberSetting("HETOBS_HANG_TIMEOUT", "300", 0.1);
+    s.watchdog = flagSetting("HETOBS_WATCHDOG", "1");
+    s.abort_on_hang = flagSetting("HETOBS_ABORT_ON_HANG", "0");
+    s.dump_signal = signalSetting("HETOBS_DUMP_SIGNAL");
+    s.small_bytes = uint64_t(intSetting("HETOBS_SMALL_BYTES", "65536", 0, (1ll << 62)));
+    std::string dbg = choiceSetting("HETOBS_DEBUG", "WARN", {"error", "warn", "info", "debug"});
+    for (char& c : dbg) c = char(std::toupper(static_cast<unsigned char>(c)));
+    s.debug = dbg;
+    s.otel_sample = std::min(1.0, numberSetting("HETOBS_OTEL_SAMPLE", "0.01", 0.0));
+    *out = std::move(s);
+    return true;
+  } catch (const BadSetting& b) {
+    if (error) *error = b.message;
+  } catch (const std::exception& e) {
+    if (error) *error = std::string("cannot read the HETOBS_* settings: ") + e.what();
+  }
+  return false;
+}
+
+void applyLogLevel(const EnvSettings& s) {
+  static const char* kNames[] = {"ERROR", "WARN", "INFO", "DEBUG"};
+  for (int i = 0; i < 4; ++i)
+    if (s.debug == kNames[i]) setLogLevel(LogLevel(i));
+}
+
+RuntimeConfig runtimeConfigFrom(const EnvSettings& s, int rank, int worldSize) {
+  RuntimeConfig rc;
+  rc.job = s.job_id;
+  rc.dir = s.dir;
+  rc.secret = s.secret;
+  rc.rank = rank;
+  rc.world_size = worldSize;
+  rc.hang_timeout_s = s.hang_timeout;
+  rc.abort_on_hang = s.abort_on_hang;
+  rc.dump_signal = s.dump_signal;
+  rc.records = s.records;
+  return rc;
+}
+
+}  // namespace hetobs
