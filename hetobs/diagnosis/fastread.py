@@ -203,9 +203,11 @@ def _tail_entries(text: str, keep: int) -> Optional[tuple[int, int, list[dict[st
         if not m3:
             return None
         return open_pos, m3.end() - 1, [], True
-    before = text[open_pos + 1:found[-1][0]].rstrip()
-    complete = before == ""
-    if not complete and (len(found) < keep or not before.endswith(",")):
+    j = found[-1][0] - 1  # what precedes the leftmost record: '[' (all seen) or ',' (more to the left)
+    while j > open_pos and text[j] in " \t\r\n":
+        j -= 1
+    complete = j == open_pos
+    if not complete and (len(found) < keep or text[j] != ","):
         return None  # the leftmost record found is not the first element after a comma
     records = [obj for _, _, obj in reversed(found)]
     return open_pos, close_pos, records, complete
