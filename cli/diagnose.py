@@ -62,19 +62,54 @@ class _LoadBar:
 
 
 def _request_dump() -> Any:
-    """The side channel's on-demand dump request, when this build has it (else None)."""
-    try:
-        from hetobs import sidechannel  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    fn = getattr(sidechannel, "request_dump", None)
+    """The side channel's on-demand dump request, when this build has it (else None).
+
+    Adapts `request_dump(job_dir, timeout=...)` (hetobs.sidechannel, else hetobs.jobs)
+    to the engine's `(job_dir, timeout_s) -> incident id or None`.
+    """
+    fn = None
+    for name in ("hetobs.sidechannel", "hetobs.jobs"):
+        try:
+            module = __import__(name, fromlist=["request_dump"])
+        except ImportError:
+            continue
+        fn = getattr(module, "request_dump", None)
+        if fn is not None:
+            break
     if fn is None:
         return None
 
     def request(job_dir: Path, timeout_s: float) -> Optional[str]:
-        return fn(job_dir, timeout=timeout_s)
+        result = fn(str(job_dir), timeout=timeout_s)
+        if isinstance(result, str) or result is None:
+            return result
+        answered = getattr(result, "answered", None)
+        return getattr(result, "incident", None) if answered else None
 
     return request
+
+
+def _heartbeat(segment: str) -> Optional[int]:
+    """Last watchdog heartbeat from a rank's stats segment on this host (None if unreadable)."""
+    try:
+        from hetobs.stats import read_segment
+
+        return int(read_segment(segment).heartbeat_ns) or None
+    except Exception:
+        return None
+
+
+def _last_progress(job: str) -> Any:
+    def last(job_dir: Path) -> Optional[int]:
+        try:
+            from hetobs.stats import read_segment, segment_paths
+
+            values = [read_segment(p).last_progress_ns for p in segment_paths(job)]
+        except Exception:
+            return None
+        return max((v for v in values if v), default=None)
+
+    return last
 
 
 def _stdout() -> Console:
@@ -187,7 +222,8 @@ def diagnose_cmd(
             from hetobs.config import from_env
 
             dir = Path(from_env().dir)
-        options = Options(job_dir=dir / job, job=job, incident=incident, request_dump=_request_dump())
+        options = Options(job_dir=dir / job, job=job, incident=incident, request_dump=_request_dump(),
+                          heartbeat=_heartbeat, last_progress=_last_progress(job))
     else:
         options = Options(fr_dir=fr)
     bar = _LoadBar()

@@ -31,7 +31,7 @@ app = typer.Typer(
 app.add_typer(version.app, name="version")
 
 
-def _add_optional(name: str) -> None:
+def _add_optional(name: str, command: str | None = None) -> None:
     """Register `hetobs.cli.<name>` if that module exists.
 
     A command module that exists but fails to import (a broken native build, a bug)
@@ -48,20 +48,22 @@ def _add_optional(name: str) -> None:
     except Exception as exc:  # any import failure: keep the other commands working
         failure = exc
     else:
-        app.add_typer(module.app, name=name)
+        app.add_typer(module.app, name=command or name)
         return
 
     def _unavailable() -> None:
         raise ImportError(f"the '{name}' command failed to load: {type(failure).__name__}: {failure}")
 
     # A plain command that accepts any arguments, so the load error is what the user sees.
-    app.command(name, help=f"(unavailable: failed to load {module_name})",
+    app.command(command or name, help=f"(unavailable: failed to load {module_name})",
                 context_settings={"ignore_unknown_options": True, "allow_extra_args": True})(_unavailable)
 
 
 _add_optional("bench")
 _add_optional("diagnose")
 _add_optional("dump")
+_add_optional("run")
+_add_optional("preload_path", "preload-path")
 _add_optional("exporter")
 _add_optional("top")
 _add_optional("trace")

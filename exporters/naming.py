@@ -67,7 +67,6 @@ class MetricSpec:
     labels: tuple[str, ...]
     help: str
     otel_unit: str = ""  # UCUM unit when the name carries no unit suffix (hetobs_seconds_since_progress)
-    has_sum: bool = True  # histograms: False when only the buckets are known
 
     @property
     def samples(self) -> tuple[str, ...]:
@@ -75,8 +74,7 @@ class MetricSpec:
         if self.kind == "counter":
             return (self.name + "_total",)
         if self.kind == "histogram":
-            return (self.name + "_bucket", self.name + "_count", self.name + "_sum") if self.has_sum else (
-                self.name + "_bucket",)
+            return (self.name + "_bucket", self.name + "_count", self.name + "_sum")
         return (self.name,)
 
 
@@ -117,16 +115,13 @@ METRICS: tuple[MetricSpec, ...] = (
        "hetobs_collective_duration_seconds_sum is busbw over any window."),
     _m("hetobs_collective_errors", "counter", "", OP, "Ops that failed."),
     _m("hetobs_collective_duration_seconds", "histogram", "seconds", OP,
-       "Op duration (buckets at powers of two microseconds)."),
-    _m("hetobs_collective_op_busbw_bytes_per_second", "histogram", "bytes_per_second", OP,
-       "busbw of each op that moved bytes (buckets at powers of two MB/s; no sum is recorded).", has_sum=False),
+       "Op duration (buckets at powers of four microseconds, 1 µs .. 4 s)."),
     _m("hetobs_collective_algbw_bytes_per_second", "gauge", "bytes_per_second", OP + ("msg_size",),
        "Algorithm bandwidth over the op kind's lifetime: bytes / time in ops."),
     _m("hetobs_collective_busbw_bytes_per_second", "gauge", "bytes_per_second", OP + ("msg_size",),
        "Bus bandwidth as nccl-tests defines it: algbw x the op's factor (allreduce 2(n-1)/n, ...)."),
     # --- per link (communicator, peer) ------------------------------------------------------
     _m("hetobs_link_bytes", "counter", "bytes", LINK + ("direction",), "Bytes moved over the link, per direction."),
-    _m("hetobs_link_frames", "counter", "", LINK + ("direction",), "Transport frames moved over the link."),
     _m("hetobs_link_busy_seconds", "counter", "seconds", LINK, "Time with a transfer pending on the link."),
     _m("hetobs_link_bandwidth_bytes_per_second", "gauge", "bytes_per_second", LINK,
        "Network bandwidth of the link: bytes (both directions) over busy time; separate from busbw."),

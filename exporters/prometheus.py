@@ -19,7 +19,7 @@ from prometheus_client import write_to_textfile
 from prometheus_client.metrics_core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
                                             Metric)
 
-from .metrics import BUSBW_LE, LATENCY_LE, Family, families
+from .metrics import LATENCY_LE, Family, families
 from .naming import METRICS, MetricSpec
 from .source import InProcessSource, Snapshot, SnapshotSource
 
@@ -27,7 +27,7 @@ __all__ = ["HetobsCollector", "make_registry", "start_http_server", "write_textf
 
 log = logging.getLogger("hetobs.exporters")
 
-_LE = {"hetobs_collective_duration_seconds": LATENCY_LE, "hetobs_collective_op_busbw_bytes_per_second": BUSBW_LE}
+_LE = {"hetobs_collective_duration_seconds": LATENCY_LE}
 
 
 def _empty(spec: MetricSpec) -> Metric:

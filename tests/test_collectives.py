@@ -16,6 +16,8 @@ import pytest
 
 from _launch import Job, JobResult, shm_entries
 
+pytestmark = pytest.mark.slow
+
 
 @dataclass(frozen=True)
 class Config:

@@ -634,3 +634,97 @@ def test_saved_v1_0_dumps_load(job: str, status: Status, verdicts: list) -> None
     assert rep.status == status
     assert [(v.kind.value, v.ranks) for v in faults(rep)] == verdicts
     assert rep.world_size == 4 and len(rep.ranks) == 4
+
+
+def test_heartbeat_from_stats_segment_is_evidence(tmp_path: Path) -> None:
+    job = JobSpec(4)
+    job.drop_dump(2)
+    seen: list[str] = []
+
+    def heartbeat(path: str) -> int:
+        seen.append(path)
+        return T0 - 42 * 10**9
+
+    rep = diagnose(Options(job_dir=job.write(tmp_path), host_key="x", heartbeat=heartbeat))
+    assert seen == ["/dev/shm/hetobs-stats-job1-r2"]
+    assert "last watchdog heartbeat was 42.0 s before the incident" in "\n".join(rep.verdicts[0].evidence)
+
+
+def test_p2p_send_without_matching_recv(tmp_path: Path) -> None:
+    """Rank 0 waits in send to rank 3 (p2p); rank 3 never posted the recv."""
+    job = JobSpec(4, seconds=0.1)
+    for r in range(4):
+        job.dumps[r]["reason"] = "on_demand"
+    send = make_in_flight(0, op="send", seconds=6.0, peers=[make_peer(3, sent=1, since_s=6.0)])
+    send.update(collective_seq_id=0, p2p_seq_id=4, peer=3)
+    job.comm(0)["in_flight"] = send
+    job.comm(3)["in_flight"] = None
+    job.dumps[3]["python"] = {"status": "ok", "stacks": stacks("compute_loss", "/app/train.py", 120)}
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("rank_not_joined", [3])]
+    text = "\n".join(rep.verdicts[0].evidence)
+    assert "rank 0 has waited 6.0 s in send with rank 3 (p2p seq 4)" in text
+    assert "compute_loss at train.py:120" in text
+
+
+def test_p2p_matched_pair_is_not_a_fault(tmp_path: Path) -> None:
+    job = JobSpec(4, seconds=0.1)
+    send = make_in_flight(0, op="send", seconds=6.0)
+    send.update(collective_seq_id=0, p2p_seq_id=4, peer=3)
+    recv = make_in_flight(0, op="recv", seconds=6.0)
+    recv.update(collective_seq_id=0, p2p_seq_id=4, peer=0)
+    job.comm(0)["in_flight"], job.comm(3)["in_flight"] = send, recv
+    rep = run(job.write(tmp_path))
+    assert not [v for v in faults(rep) if v.kind == VerdictKind.RANK_NOT_JOINED]
+
+
+def test_stopped_then_resumed_rank_is_unresponsive_at_the_incident(tmp_path: Path) -> None:
+    """Rank 0 was stopped at the incident (no answer, peers waited on it), later resumed and exited
+    cleanly: judged as of the incident, it was unresponsive."""
+    job = JobSpec(3)
+    job.dumps[0] = None
+    d2 = job.dumps[2]
+    d2["reason"] = "watchdog"
+    d2["cause"] = "all_reduce seq 17 on comm 0: no progress for 1.1 s, waiting on rank 0 (host node0, pid 1000)"
+    d2["side_channel"] = {"asked": [0, 1], "answered": [1], "unanswered": [0]}
+    job.metas[0].update(exited_cleanly=True, exit_time_ns=T0 + 10**9)
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("rank_unresponsive", [0])]
+    assert "rank(s) 2 reported waiting on it" in "\n".join(rep.verdicts[0].evidence)
+
+
+def test_exited_before_the_incident_without_complaints_is_not_blamed(tmp_path: Path) -> None:
+    job = JobSpec(3, seconds=0.2)
+    job.dumps[0] = None
+    job.metas[0].update(exited_cleanly=True, exit_time_ns=T0 - 10**9)
+    rep = run(job.write(tmp_path))
+    assert faults(rep) == []
+
+
+def test_timeout_chain_names_the_rank_waited_on(tmp_path: Path) -> None:
+    """Only rank 1 dumped; rank 0 timed out earlier waiting on rank 1 and exited: last resort."""
+    job = JobSpec(2, seq=4, incident="error-c0-s4")
+    job.dumps[0] = None
+    job.metas[0].update(exited_cleanly=True, exit_time_ns=T0 - 2 * 10**9)
+    job.fail_all({1: "all_reduce seq 4 count 10 float32 sum on comm 0 failed at rank 1: aborted by rank 0 (host vm, "
+                     "pid 6888): rank 0 timed out in all_reduce seq 3 count 10 float32 sum: aborted by the watchdog "
+                     "(HETOBS_ABORT_ON_HANG=1): all_reduce seq 3 on comm 0: no progress for 1.1 s "
+                     "(HETOBS_HANG_TIMEOUT=1), waiting on rank 1 (host vm, pid 6889)"})
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks, v.seq) for v in faults(rep)] == [("rank_not_joined", [1], 3)]
+    assert rep.verdicts[0].confidence < 0.9
+
+
+@pytest.mark.parametrize(("job", "incident", "verdicts"), [
+    ("sleeping", "hang-c0-s5", [("rank_not_joined", [2])]),
+    ("stopped", "hang-c0-s5", [("rank_unresponsive", [0])]),
+    ("killed", "error-c0-s58", [("rank_dead", [2])]),
+    ("ondemand-healthy", None, []),
+    ("abort-on-hang", "hang-c0-s3", [("rank_not_joined", [1])]),
+    ("abort-on-hang", "error-c0-s3", [("rank_not_joined", [1])]),
+])
+def test_saved_native_watchdog_dumps(job: str, incident: str, verdicts: list) -> None:
+    """Dumps the real native watchdog wrote: every case names exactly its culprit."""
+    rep = run(SAVED / "native" / job, incident=incident, proc_root=Path("/nonexistent-proc"))
+    assert [(v.kind.value, v.ranks) for v in faults(rep)] == verdicts
+    assert rep.status == (Status.FAULT if verdicts else Status.HEALTHY)

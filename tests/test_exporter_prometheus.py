@@ -5,7 +5,10 @@ Checks through PromQL over Prometheus's HTTP API:
   program's own op table, per rank and per op kind);
 - after one rank is SIGSTOPped in the middle of a loop of collectives, its
   hetobs_seconds_since_progress keeps rising and its state turns stuck, while every
-  scrape still succeeds (`up` stays 1) and the other ranks are still exported.
+  scrape still succeeds (`up` stays 1) and the other ranks are still exported;
+- monitoring/alerts.yml, loaded by this Prometheus, raises HetobsCollectiveHung for the
+  stopped rank (the ranks waiting on it hang too), and every query of monitoring/grafana-dashboard.json is valid
+  PromQL that this Prometheus evaluates.
 
 Prometheus is Debian's `prometheus` package (installed by scripts/setup.sh); the test
 skips with that reason when the binary is absent. Everything started here is killed in
@@ -16,10 +19,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -29,8 +34,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _telemetry_job import RankJob, free_port  # noqa: E402
+from _telemetry_job import REPO, RankJob, free_port  # noqa: E402
 from telemetry_programs import expected_bytes  # noqa: E402
+from test_exporter_monitoring import dashboard_exprs  # noqa: E402
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = [pytest.mark.slow,
@@ -48,6 +54,7 @@ class Prom:
         cfg = workdir / "prometheus.yml"
         cfg.write_text(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
+            f"rule_files:\n  - {REPO / 'monitoring' / 'alerts.yml'}\n"
             "scrape_configs:\n  - job_name: hetobs\n    static_configs:\n"
             f"      - targets: ['{target}']\n")
         self.proc = job.helper([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'tsdb'}",
@@ -60,6 +67,8 @@ class Prom:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
                 body = r.read()
+        except urllib.error.HTTPError as e:  # the API answers a bad query with 400 and a JSON error
+            return e.read() if raw else json.loads(e.read())
         except OSError:
             if self.proc.poll() is not None:
                 raise AssertionError(f"prometheus exited:\n{self.job.log_text('prometheus.log')[-3000:]}")
@@ -152,5 +161,14 @@ def test_prometheus_scrapes_bytes_and_hang_gauge(tmp_path: Path) -> None:
             assert _by(prom.query(f"hetobs_rank_up{{{sel}}}"), "rank") == {(str(r),): 1.0 for r in range(WORLD)}
             [tgt] = [t for t in prom.targets() if t["labels"].get("job") == "hetobs"]
             assert tgt["health"] == "up" and not tgt["lastError"], tgt
+            # The shipped hang alert goes off (pending: it has `for: 30s`) for the stopped rank.
+            prom.until(lambda: prom.query(f'ALERTS{{alertname="HetobsCollectiveHung",{sel},rank="1"}}'),
+                       "HetobsCollectiveHung for the stopped rank")
+            # Every dashboard query is valid PromQL (the API refuses a bad one with status error).
+            for expr in dashboard_exprs():
+                q = (expr.replace("$job_id", job.job_id).replace("$rank", ".*")
+                     .replace("$__rate_interval", "5s"))
+                m = re.fullmatch(r"label_values\((.*), *\w+\)", q)  # Grafana's templating function
+                prom.query(m.group(1) if m else q)
         finally:
             os.kill(victim, signal.SIGCONT)

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["Cause", "parse_cause"]
+__all__ = ["Cause", "parse_cause", "waited_on", "op_and_seq"]
 
 _CONTEXT = re.compile(r"^.*? on comm \d+ failed at rank \d+: ")
 _ABORTED = re.compile(r"aborted by rank (\d+)(?: \([^)]*\))?: ")
@@ -28,7 +28,8 @@ _NO_MAJORITY = re.compile(r"op mismatch on comm \d+ with no majority")
 _CALLED = re.compile(r"ranks? ([\d, ]+) called")
 _SAW = re.compile(r"rank (\d+) saw rank (\d+) run")
 _SENT_WRONG = re.compile(r"rank (\d+)(?: \([^)]*\))? sent .* this rank runs")
-_WAIT = re.compile(r"(receiving from|sending to) rank (\d+)")
+_WAIT = re.compile(r"(receiving from|sending to|waiting on) rank (\d+)")
+_OP_SEQ = re.compile(r"\b([a-z_]+) seq (\d+)")
 _TRANSPORT = re.compile(r"(protocol error on the control link to|connection (?:reset|refused|to)|broken pipe"
                         r"|sent \d+ more bytes than)[^;]*?rank (\d+)|rank (\d+)[^;]*?(connection reset|broken pipe)",
                         re.I)
@@ -47,6 +48,16 @@ class Cause:
     messengers: list[int] = field(default_factory=list)  # ranks that only forwarded the news
     root_text: str = ""
     reporter: Optional[int] = None  # the rank that originally failed, when the text says
+
+
+def waited_on(text: Optional[str]) -> list[int]:
+    """Ranks a watchdog or timeout message says it waited on ("waiting on rank 2 (...)")."""
+    return sorted({int(w[1]) for w in _WAIT.findall(text or "")})
+
+
+def op_and_seq(text: str) -> tuple[Optional[str], Optional[int]]:
+    m = _OP_SEQ.search(text)
+    return (m.group(1), int(m.group(2))) if m else (None, None)
 
 
 def parse_cause(text: Optional[str]) -> Optional[Cause]:

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Optional
 
 from . import live
-from .causes import Cause, parse_cause
+from .causes import Cause, op_and_seq, parse_cause, waited_on
 from .deadlock import find_deadlocks
 from .frloader import load_fr
 from .job import LoadedJob, OptionsError
 from .loader import load_job
-from .matcher import Stuck, few, find_stuck, mismatch_verdicts, not_joined_verdict
+from .matcher import Stuck, find_stuck, mismatch_verdicts, not_joined_verdict, p2p_verdicts
 from .perf import slow_link_verdicts, straggler_verdicts
 from .progress import walk
 from .reach import Reach, assess, verdict_for
@@ -97,7 +97,13 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
         if c.kind == "peer_closed" and not c.messengers:  # first-hand reports only
             for x in c.culprits:
                 closed_by.setdefault(x, []).append(r)
-    reach = assess(job, options, closed_by)
+    waited_by: dict[int, list[int]] = {}
+    for r, d in job.dumps.items():
+        if d.reason == "watchdog" or (d.reason == "error" and r not in causes):
+            for x in waited_on(d.cause):
+                if x != r:
+                    waited_by.setdefault(x, []).append(r)
+    reach = assess(job, options, closed_by, waited_by)
     stuck = find_stuck(job, stall_s)
 
     verdicts: list[Verdict] = []
@@ -135,6 +141,9 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
         if nj:
             add(not_joined_verdict(job, st, nj))
 
+    for v in p2p_verdicts(job, stall_s, blamed):
+        add(v)
+
     # Causes that name a culprit the stages above did not (transport failures between live ranks).
     for v in _transport_verdicts(job, causes, blamed):
         add(v)
@@ -153,11 +162,15 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
     if nothing_else:
         for rc in pending_reach:
             add(verdict_for(rc, nothing_else=True))
+    if not any(v.kind.is_fault and v.confidence >= MIN_EXCLUDE_CONFIDENCE for v in verdicts):
+        for v in _timeout_verdicts(job, causes, blamed):
+            add(v)
 
     # Stage 4b: advisory.
     verdicts.extend(straggler_verdicts(job))
     verdicts.extend(slow_link_verdicts(job))
 
+    _place(verdicts, stuck)
     verdicts.sort(key=lambda v: (not v.kind.is_fault, -v.confidence))
     report.verdicts = verdicts
     hung = [st for st in stuck if st.waiting or st.failed]
@@ -174,6 +187,17 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
     report.ranks = _rank_table(job, reach, stuck)
     if job.incident_time_ns is None and job.source == "hetobs":
         report.data_problems.append(DataProblem(job.incident or "", "no dump carries time_ns"))
+
+
+def _place(verdicts: list[Verdict], stuck: list[Stuck]) -> None:
+    """Give stage-1 verdicts the op their peers were stuck in (comm, seq, op), when known."""
+    for v in verdicts:
+        if v.comm is not None or v.kind not in (VerdictKind.RANK_DEAD, VerdictKind.RANK_UNRESPONSIVE):
+            continue
+        for st in stuck:
+            if any(r in st.no_dump for r in v.ranks) and (st.waiting or st.failed):
+                v.comm, v.seq, v.op = st.comm, st.seq, st.op
+                break
 
 
 def _transport_verdicts(job: LoadedJob, causes: dict[int, Cause], blamed: set[int]) -> list[Verdict]:
@@ -195,6 +219,27 @@ def _transport_verdicts(job: LoadedJob, causes: dict[int, Cause], blamed: set[in
                                f"while both were alive", [f"rank {r} reported: {c.root_text}",
                                                          f"rank {peer} left a dump: it was alive at the incident"],
                                links=[(r, peer)], confidence=0.75))
+    return out
+
+
+def _timeout_verdicts(job: LoadedJob, causes: dict[int, Cause], blamed: set[int]) -> list[Verdict]:
+    """Last resort: ranks that timeouts (first-hand or forwarded) say were waited on."""
+    votes: dict[int, list[int]] = {}
+    texts: dict[int, str] = {}
+    for r, c in sorted(causes.items()):
+        if c.kind != "timeout":
+            continue
+        for x in c.culprits:
+            if x not in blamed and x != c.reporter:
+                votes.setdefault(x, []).append(r)
+                texts.setdefault(x, c.root_text)
+    out = []
+    for x, by in sorted(votes.items()):
+        op, seq = op_and_seq(texts[x])
+        out.append(Verdict(VerdictKind.RANK_NOT_JOINED, [x], f"rank {x} was waited on until the op timed out"
+                           + (f" ({op} seq {seq})" if op else ""),
+                           [f"rank(s) {', '.join(map(str, by))} failed with: {texts[x]}"],
+                           seq=seq, op=op, confidence=0.6))
     return out
 
 

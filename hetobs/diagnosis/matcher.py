@@ -234,3 +234,42 @@ def _mismatch(comm: CommKey, seq: int, groups: dict[OpSig, list[int]]) -> Verdic
     ev.append("no op has a majority: which side deviated cannot be told from the dumps")
     return Verdict(VerdictKind.OP_MISMATCH, everyone, f"ranks disagree on the op at seq {seq} on comm {comm} "
                    f"and no op has a majority", ev, comm=comm, seq=seq, op=None, confidence=0.3)
+
+
+def p2p_verdicts(job: LoadedJob, stall_s: float, blamed: set[int]) -> list[Verdict]:
+    """Point-to-point ops stuck for the stall time whose peer has no matching op in flight.
+
+    p2p ops carry no collective sequence id, so they are matched pairwise: rank A
+    waiting in send/recv with peer P is matched when P has a p2p op with A in flight
+    on the same communicator; otherwise P never joined, and the evidence says where
+    P is instead. (The `peer` of an op record is a communicator rank, mapped to a
+    global rank through the communicator's membership.)
+    """
+    waits: dict[int, list[tuple[int, CommKey, str, int, float]]] = {}  # peer -> [(waiter, comm, op, p2p seq, s)]
+    for r, d in job.dumps.items():
+        for comm, v in d.comms.items():
+            f = v.in_flight
+            if f is None or f.rec.seq or f.rec.peer is None or v.waiting_s is None or v.waiting_s < stall_s:
+                continue
+            members = job.members.get(comm) or v.members
+            peer = members[f.rec.peer] if members and 0 <= f.rec.peer < len(members) else f.rec.peer
+            pd = job.dumps.get(peer)
+            pv = pd.comms.get(comm) if pd is not None else None
+            if pv is not None and pv.in_flight is not None and not pv.in_flight.rec.seq:
+                pm = job.members.get(comm) or pv.members
+                back = pv.in_flight.rec.peer
+                if back is not None and (pm[back] if pm and 0 <= back < len(pm) else back) == r:
+                    continue  # matched: both sides are in the exchange
+            if pd is None or peer in blamed:
+                continue  # no dump: stage 1 speaks for it
+            waits.setdefault(peer, []).append((r, comm, f.rec.op or "p2p", f.rec.p2p_seq, v.waiting_s))
+    out = []
+    for peer, ws in sorted(waits.items()):
+        r, comm, op, p2p, secs = ws[0]
+        ev = [f"rank {w} has waited {s:.1f} s in {o} with rank {peer} (p2p seq {q}) on comm {c}"
+              for w, c, o, q, s in ws[:_MAX_LINES]]
+        ev.append(f"rank {peer} has no matching op with them in flight; it is {where_is(job, peer, comm)}")
+        out.append(Verdict(VerdictKind.RANK_NOT_JOINED, [peer], f"rank {peer} never joined the {op} rank {r} "
+                           f"waits in (p2p seq {p2p}) on comm {comm}", ev, comm=comm, seq=None, op=op,
+                           confidence=0.8))
+    return out

@@ -63,6 +63,8 @@ def walk(job: LoadedJob, st: Stuck, stall_s: float) -> list[Verdict]:
     ring = job.rings.get(st.comm)
     if not ring or len(ring) < 2 or any(r not in ops for r in ring):
         return out
+    if any(ops[r].algorithm not in (None, "ring") for r in ring):
+        return out  # direct exchange or a chain: the ring walk does not describe its data flow
     n = len(ring)
     cands: list[tuple[int, list[str]]] = []
     for i, r in enumerate(ring):

@@ -28,6 +28,8 @@ class Reach:
     unanswered_by: list[int] = field(default_factory=list)
     answered_by: list[int] = field(default_factory=list)
     closed_by: list[int] = field(default_factory=list)  # peers that saw its connection close mid-op
+    waited_by: list[int] = field(default_factory=list)  # peers whose watchdog said they waited on it
+    exited_after: bool = False  # exited cleanly, but only after the incident
     evidence: list[str] = field(default_factory=list)
     local: bool = False  # on this host: its process could be checked
 
@@ -41,7 +43,8 @@ def _few(ranks: list[int], limit: int = 8) -> str:
     return s + (f" and {len(ranks) - limit} more" if len(ranks) > limit else "")
 
 
-def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]]) -> dict[int, Reach]:
+def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]],
+           waited_by: Optional[dict[int, list[int]]] = None) -> dict[int, Reach]:
     """Reachability of every rank that left no dump (and heartbeat notes for those that did)."""
     ws = job.world_size or 0
     out: dict[int, Reach] = {}
@@ -67,7 +70,7 @@ def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]]) ->
             continue  # no incident: nothing is missing
         m = job.metas.get(r)
         reach = Reach(r, "unknown", sorted(unanswered.get(r, [])), sorted(answered.get(r, [])),
-                      sorted(closed_by.get(r, [])))
+                      sorted(closed_by.get(r, [])), sorted((waited_by or {}).get(r, [])))
         where = f"rank {r}" + (f" (host {m.host}, pid {m.pid})" if m is not None else "")
         reach.evidence.append(f"{where} left no dump in incident {job.incident}")
         if reach.unanswered_by:
@@ -77,12 +80,21 @@ def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]]) ->
             reach.evidence.append(f"rank(s) {_few(reach.answered_by)} recorded that it answered the side channel")
         if reach.closed_by:
             reach.evidence.append(f"rank(s) {_few(reach.closed_by)} saw it close its connection mid-op")
+        if reach.waited_by:
+            reach.evidence.append(f"rank(s) {_few(reach.waited_by)} reported waiting on it")
+        if m is not None and m.stats_segment and options.heartbeat is not None:
+            hb = _safe_heartbeat(options, m.stats_segment)
+            if hb and job.incident_time_ns:
+                age = (job.incident_time_ns - hb) / 1e9
+                reach.evidence.append(f"its stats segment's last watchdog heartbeat was {abs(age):.1f} s "
+                                      f"{'before' if age >= 0 else 'after'} the incident")
         if m is not None and m.exited_cleanly:
             reach.state = "exited"
             when = ""
             if m.exit_time_ns and job.incident_time_ns:
                 dt = (m.exit_time_ns - job.incident_time_ns) / 1e9
                 when = f" {abs(dt):.1f} s {'after' if dt >= 0 else 'before'} the incident"
+                reach.exited_after = dt > 0
             reach.evidence.append(f"its metadata says it exited cleanly{when}")
         elif m is not None and host_key and m.host_key == host_key:
             reach.local = True
@@ -106,11 +118,24 @@ def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]]) ->
     return out
 
 
+def _safe_heartbeat(options: Options, path: str) -> Optional[int]:
+    try:
+        assert options.heartbeat is not None
+        return options.heartbeat(path)
+    except Exception:  # telemetry that cannot be read is just missing evidence
+        return None
+
+
 def verdict_for(reach: Reach, nothing_else: bool) -> Optional[Verdict]:
     """The stage-1 verdict for a rank without a dump, or None when it is not a fault."""
     r = reach.rank
     ev = list(reach.evidence)
     if reach.state == "exited":
+        if reach.exited_after and reach.unanswered_by:
+            ev.append("at the incident it answered no one although it lived on: it was stopped or stalled then")
+            return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r} was unresponsive at the incident (it "
+                                                               f"answered no one and left no dump)", ev,
+                           confidence=0.8 if reach.waited_by else 0.7)
         return None
     if reach.state == "dead":
         if reach.gone_at_incident or not reach.answered_by:

@@ -228,6 +228,7 @@ class RankMeta:
     exited_cleanly: bool = False
     exit_time_ns: Optional[int] = None
     hang_timeout_s: Optional[float] = None
+    stats_segment: Optional[str] = None
     rings: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
     members: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
 
@@ -378,7 +379,7 @@ def meta_from_doc(doc: Any, path: str) -> RankMeta:
         host_key=_str(doc.get("host_key")), pid=_int(doc.get("pid")),
         process_start_time=_int(doc.get("process_start_time")), start_time_ns=_int(doc.get("start_time_ns")),
         exited_cleanly=doc.get("exited_cleanly") is True, exit_time_ns=_int(doc.get("exit_time_ns")),
-        hang_timeout_s=_num(doc.get("hang_timeout_s")),
+        hang_timeout_s=_num(doc.get("hang_timeout_s")), stats_segment=_str(doc.get("stats_segment")),
     )
     for c in doc.get("comms") or ():
         if isinstance(c, dict) and _int(c.get("comm_id")) is not None:

@@ -205,6 +205,7 @@ class Options:
     tail_entries: int = 8  # op records kept per rank and communicator (the rest is summarized)
     request_dump: Optional[RequestDump] = None  # live jobs: ask for a fresh dump (optional)
     last_progress: Optional[Callable[[Path], Optional[int]]] = None  # job dir -> last progress ns (live telemetry)
+    heartbeat: Optional[Callable[[str], Optional[int]]] = None  # stats segment path -> last heartbeat ns, if readable
     live_wait_s: float = 15.0
     progress: Optional[ProgressCallback] = None
     fr_prefix: Optional[str] = None  # Flight Recorder file prefix (default: inferred)

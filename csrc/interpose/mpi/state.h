@@ -24,6 +24,7 @@ namespace mpi {
 // One watched communicator.
 struct CommEntry {
   std::shared_ptr<ExternalComm> ext;
+  ExternalComm* x = nullptr;  // ext.get(), read on the hot path
   uint64_t id = 0;
   std::atomic<uint64_t> children{0};  // communicators created from this one (ids of children derive from it)
 };

@@ -1,0 +1,76 @@
+"""One rank of the torch.distributed comparison (tests/test_torch_backends.py).
+
+Runs the same collectives under whatever backend TORCH_BACKEND names and prints one
+JSON line "RESULT {...}" with every result, plus "RECORDS [...]" with the hetobs op
+records when hetobs is in the loop.
+"""
+
+import json
+import os
+
+import torch
+import torch.distributed as dist
+
+import hetobs
+
+backend = os.environ["TORCH_BACKEND"]
+dist.init_process_group(backend)
+r, n = dist.get_rank(), dist.get_world_size()
+out = {}
+t = torch.arange(10, dtype=torch.float32) + r
+dist.all_reduce(t)
+out["all_reduce"] = t.tolist()
+t = torch.arange(8, dtype=torch.float64) * (r + 1)
+dist.all_reduce(t, op=dist.ReduceOp.MAX)
+out["all_reduce_max"] = t.tolist()
+t = torch.full((5,), r + 2, dtype=torch.int32)
+dist.all_reduce(t, op=dist.ReduceOp.PRODUCT)
+out["all_reduce_prod_int"] = t.tolist()
+o = torch.empty(4 * n)
+dist.all_gather_into_tensor(o, torch.ones(4) * r)
+out["all_gather_into_tensor"] = o.tolist()
+lst = [torch.empty(3) for _ in range(n)]
+dist.all_gather(lst, torch.ones(3) * r)
+out["all_gather"] = [x.tolist() for x in lst]
+rs = torch.empty(2)
+dist.reduce_scatter_tensor(rs, torch.arange(2 * n, dtype=torch.float32) + r)
+out["reduce_scatter_tensor"] = rs.tolist()
+rs2 = torch.empty(2)
+dist.reduce_scatter(rs2, [torch.ones(2) * (r + i) for i in range(n)])
+out["reduce_scatter"] = rs2.tolist()
+a2a = torch.empty(2 * n)
+dist.all_to_all_single(a2a, torch.arange(2 * n, dtype=torch.float32) + 10 * r)
+out["all_to_all_single"] = a2a.tolist()
+outs = [torch.empty(2) for _ in range(n)]
+dist.all_to_all(outs, [torch.ones(2) * (10 * r + i) for i in range(n)])
+out["all_to_all"] = [x.tolist() for x in outs]
+b = torch.arange(5, dtype=torch.float32) * (r == 1)
+dist.broadcast(b, src=1)
+out["broadcast"] = b.tolist()
+rd = torch.ones(3) * (r + 1)
+dist.reduce(rd, dst=0)
+out["reduce"] = rd.tolist() if r == 0 else None
+dist.barrier()
+if r == 0:
+    dist.send(torch.arange(3, dtype=torch.float32), 1)
+elif r == 1:
+    x = torch.empty(3)
+    dist.recv(x, 0)
+    out["send_recv"] = x.tolist()
+w = dist.all_reduce(torch.ones(2) * r, async_op=True)
+w.wait()
+out["async_done"] = w.is_completed()
+g = dist.new_group([0, 2])
+if r in (0, 2):
+    t = torch.ones(3) * r
+    dist.all_reduce(t, group=g)
+    out["new_group"] = t.tolist()
+big = torch.arange(300000, dtype=torch.float32) * (r + 1)
+dist.all_reduce(big)
+out["big_sum"] = float(big.sum())
+print("RESULT " + json.dumps(out, sort_keys=True), flush=True)
+if backend != "gloo":
+    recs = [{k: v[k] for k in ("op", "count", "bytes", "backend", "busbw_gbps", "state", "comm_id")}
+            for v in hetobs.records()]
+    print("RECORDS " + json.dumps(recs), flush=True)
+dist.destroy_process_group()
