@@ -106,10 +106,11 @@ def _rank_metrics(f: dict[str, Family], job: str, e: RankEntry, now: int) -> Non
     f["hetobs_hang_timeout_seconds"].samples.append((rl, st.hang_timeout_s))
     f["hetobs_hangs_detected"].samples.append((rl, float(st.hangs_detected)))
     f["hetobs_dumps_written"].samples.append((rl, float(st.dumps_written)))
+    jr: Labels = (job, str(e.rank))
     for c in st.comms:
-        _comm_metrics(f, rl, c, now)
+        _comm_metrics(f, jr, c, now)
     for ln in st.links:
-        _link_metrics(f, rl, ln, now)
+        _link_metrics(f, jr, ln, now)
 
 
 def _comm_metrics(f: dict[str, Family], rl: Labels, c: stats.CommStats, now: int) -> None:

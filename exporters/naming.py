@@ -30,9 +30,12 @@ __all__ = [
     "RANK_STATES", "SEGMENT_PROBLEMS", "RANK", "COMM", "OP", "LINK",
 ]
 
-# Label sets (order is the order of label values in every sample).
+# Label sets (order is the order of label values in every sample). `host` sits on the
+# per-rank series only: a rank lives on one host, so per-communicator, per-op and
+# per-link series join it `on (job_id, rank)` when needed; one label less on the many
+# series keeps a scrape fast (prometheus_client's exposition cost grows per label).
 RANK = ("job_id", "rank", "host")
-COMM = RANK + ("comm",)
+COMM = ("job_id", "rank", "comm")
 OP = COMM + ("op",)
 LINK = COMM + ("peer", "transport")
 

@@ -6,16 +6,25 @@ custom-collector pattern), so a scrape always shows the segments as they are now
 two concurrent scrapes cannot interfere. A source that fails outright (say /dev/shm
 unreadable) still yields every family, empty, plus a log line: the scrape succeeds
 and the dashboards show "no data" rather than a dead target.
+
+The HTTP server is prometheus_client's WSGI app with two changes that keep a large
+scrape (4 ranks x 16 communicators: ~4000 samples) inside its 50 ms budget: the
+classic text format is served to every client that accepts it (Prometheus does;
+prometheus_client's OpenMetrics writer costs about 1.5x more per sample), and gzip
+runs at level 1 (level 9, the library's choice, costs ~12 ms for ~2 % fewer bytes).
 """
 
 from __future__ import annotations
 
+import gzip
 import logging
-from typing import Iterator
+import socket
+import threading
+from socketserver import ThreadingMixIn
+from typing import Any, Callable, Iterable, Iterator
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry
-from prometheus_client import start_http_server as _start_http_server
-from prometheus_client import write_to_textfile
+from prometheus_client import CollectorRegistry, make_wsgi_app, write_to_textfile
 from prometheus_client.metrics_core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
                                             Metric)
 
@@ -82,6 +91,37 @@ def make_registry(source: SnapshotSource) -> CollectorRegistry:
     return registry
 
 
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a scrape in progress never holds up exit
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass  # no line per scrape
+
+
+def metrics_app(registry: CollectorRegistry) -> Callable[..., Iterable[bytes]]:
+    """prometheus_client's WSGI app, serving classic text where accepted and gzip at level 1."""
+    inner = make_wsgi_app(registry, disable_compression=True)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        accept = environ.get("HTTP_ACCEPT", "")
+        if not accept or "text/plain" in accept or "*/*" in accept:
+            environ["HTTP_ACCEPT"] = "text/plain; version=0.0.4"
+        if "gzip" not in environ.get("HTTP_ACCEPT_ENCODING", ""):
+            return inner(environ, start_response)
+        got: dict[str, Any] = {}
+        body = b"".join(inner(environ, lambda status, headers, exc_info=None: got.update(s=status, h=headers)))
+        headers = list(got["h"])
+        if got["s"].startswith("200"):
+            body = gzip.compress(body, compresslevel=1)
+            headers.append(("Content-Encoding", "gzip"))
+        start_response(got["s"], headers)
+        return [body]
+
+    return app
+
+
 def start_http_server(port: int = 9464, addr: str = "127.0.0.1", *, source: SnapshotSource | None = None,
                       job: str | None = None, registry: CollectorRegistry | None = None):  # type: ignore[no-untyped-def]
     """Serve /metrics from a daemon thread; returns (server, thread) like prometheus_client.
@@ -89,13 +129,21 @@ def start_http_server(port: int = 9464, addr: str = "127.0.0.1", *, source: Snap
     Default source: this process's own segment (`InProcessSource(job)`), for a
     single-process job. Pass `registry` to add the collector to one you serve already
     (e.g. prometheus_client.REGISTRY); port 0 picks a free port (`server.server_port`).
+    Raises OSError when the address cannot be bound.
     """
     src = source if source is not None else InProcessSource(job)
     if registry is None:
         registry = make_registry(src)
     else:
         registry.register(HetobsCollector(src))
-    return _start_http_server(port, addr=addr, registry=registry)
+
+    class Server(_Server):
+        address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+    server = make_server(addr.strip("[]"), port, metrics_app(registry), Server, handler_class=_Quiet)
+    thread = threading.Thread(target=server.serve_forever, name="hetobs-metrics", daemon=True)
+    thread.start()
+    return server, thread
 
 
 def write_textfile(path: str, source: SnapshotSource) -> None:

@@ -6,6 +6,7 @@ dtype is a ValueError naming the argument, never a mismatch seen by peers.
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Sequence
 
 from . import _core
@@ -105,9 +106,13 @@ class Communicator:
         return None
 
     def _check_rank(self, value: int, what: str) -> int:
-        if not isinstance(value, int) or not 0 <= value < self.size:
+        try:
+            rank = operator.index(value)  # ints and numpy integers, not floats or bools' strings
+        except TypeError:
+            raise ValueError(f"{what}={value!r}: expected a rank in [0, {self.size})") from None
+        if isinstance(value, bool) or not 0 <= rank < self.size:
             raise ValueError(f"{what}={value!r}: expected a rank in [0, {self.size})")
-        return value
+        return rank
 
     @staticmethod
     def _same_dtype(a: Buffer, b: Buffer, names: str) -> None:

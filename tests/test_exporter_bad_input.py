@@ -89,7 +89,7 @@ def test_broken_segments_are_marked_and_others_exported(job: RankJob, caplog: py
     host = os.uname().nodename
     assert _value(reg, "hetobs_rank_up", job_id=j, rank="2", host=host) == 0.0
     assert _value(reg, "hetobs_rank_state", job_id=j, rank="2", host=host, state="dead") == 1.0
-    assert _value(reg, "hetobs_collective_bytes_total", job_id=j, rank="2", host=host, comm="0",
+    assert _value(reg, "hetobs_collective_bytes_total", job_id=j, rank="2", comm="0",
                   op="all_reduce") == float(expected_bytes(WORLD, 1)["all_reduce"])
     # One clear log line per broken rank, naming the file and the reason.
     text = caplog.text
@@ -115,7 +115,7 @@ def test_textfile_with_bad_segments_and_unwritable_path(job: RankJob, tmp_path: 
     assert r.returncode == 0, r.stderr
     prom = out.read_text()
     assert f'hetobs_segment_problem{{job_id="{job.job_id}",problem="version",rank="3"}} 1.0' in prom
-    assert f'hetobs_collective_bytes_total{{comm="0",host="{os.uname().nodename}",job_id="{job.job_id}",' in prom
+    assert f'hetobs_collective_bytes_total{{comm="0",job_id="{job.job_id}",op="all_reduce",rank="0"}}' in prom
     assert "stats layout version 7" in r.stderr and "rank 3" in r.stderr
     assert os.listdir(out.parent) == ["hetobs.prom"]  # written by rename: no temp file left
 

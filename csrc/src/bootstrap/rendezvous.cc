@@ -18,6 +18,7 @@ namespace {
 constexpr size_t kMaxCard = 4096;
 constexpr int64_t kPerClientNs = 2000000000LL;
 const std::string kErrorPrefix = "hetobs-rendezvous-error:";
+constexpr int64_t kTableGraceNs = 3000000000LL;
 
 std::string packTable(const std::vector<std::string>& cards) {
   std::string out;
@@ -137,7 +138,18 @@ std::vector<std::string> rendezvous(int rank, int size, const SockAddr& master, 
       h.to_rank = 0;
       clientHandshake(fd, cred, h, deadlineNs);
       writeBlob(fd, myCard, deadlineNs, "rendezvous card");
-      std::string table = readBlob(fd, kMaxCard * size_t(size) + 4 * size_t(size), deadlineNs, "rendezvous table");
+      // Wait a little past our own deadline: rank 0 started its clock later and, if a rank
+      // never arrives, sends the reason (naming that rank) when its own deadline passes.
+      std::string table;
+      try {
+        table = readBlob(fd, kMaxCard * size_t(size) + 4 * size_t(size), deadlineNs + kTableGraceNs,
+                         "rendezvous table");
+      } catch (const Error&) {
+        fatal = strFormat("rendezvous: rank 0 at %s sent no rank table within the connect timeout; some rank never "
+                          "arrived (rank 0's log names it; check MASTER_ADDR, MASTER_PORT and WORLD_SIZE everywhere)",
+                          master.str().c_str());
+        throw Error(fatal);
+      }
       close(fd);
       if (table.compare(0, kErrorPrefix.size(), kErrorPrefix) == 0) {
         fatal = table.substr(kErrorPrefix.size());
