@@ -46,6 +46,8 @@ py::dict linkDict(const LinkInfo& l) {
   d["host"] = l.host;
   d["pid"] = l.pid;
   d["transport"] = l.transport;
+  d["local_address"] = l.local_address;
+  d["remote_address"] = l.remote_address;
   d["bytes_sent"] = l.bytes_sent;
   d["bytes_recv"] = l.bytes_recv;
   d["frames_sent"] = l.frames_sent;

@@ -314,6 +314,8 @@ std::vector<LinkInfo> Communicator::links() const {
     l.host = ch->peer().host;
     l.pid = ch->peer().pid;
     l.transport = ch->kind();
+    l.local_address = ch->localAddress();
+    l.remote_address = ch->remoteAddress();
     auto& k = c.counters();
     l.bytes_sent = k.bytes_sent.load();
     l.bytes_recv = k.bytes_recv.load();

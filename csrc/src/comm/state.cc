@@ -98,6 +98,7 @@ void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
     w.beginObject();
     w.field("peer", ch->peer().rank).field("global_peer", worldRanks()[size_t(ch->peer().rank)]);
     w.field("transport", ch->kind());
+    w.field("local_address", ch->localAddress()).field("remote_address", ch->remoteAddress());
     w.field("bytes_sent", k.bytes_sent.load()).field("bytes_recv", k.bytes_recv.load());
     w.field("busy_ns", k.busy_ns.load());
     writeTimeOrNull(w, "last_activity_ns", k.last_activity_ns.load());

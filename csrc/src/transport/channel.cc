@@ -1,5 +1,9 @@
 #include "hetobs/transport/channel.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <cstdio>
 
 namespace hetobs {
@@ -14,6 +18,22 @@ void Channel::bindStats(stats::LinkStats* slot, uint64_t commId) {
   stats_->global_peer = peer_.global_rank;
   snprintf(stats_->transport, sizeof stats_->transport, "%s", kind());
 }
+
+namespace {
+std::string sockName(int fd, bool peer) {
+  sockaddr_in sa{};
+  socklen_t len = sizeof sa;
+  int rc = peer ? getpeername(fd, reinterpret_cast<sockaddr*>(&sa), &len)
+                : getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  if (rc != 0) return "";
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &sa.sin_addr, buf, sizeof buf);
+  return std::string(buf) + ":" + std::to_string(ntohs(sa.sin_port));
+}
+}  // namespace
+
+std::string Channel::localAddress() const { return sockName(pollFd(), false); }
+std::string Channel::remoteAddress() const { return sockName(pollFd(), true); }
 
 std::string PeerInfo::describe() const {
   return strFormat("rank %d (host %s, pid %d)", rank, host.c_str(), pid);

@@ -51,6 +51,7 @@ struct LinkInfo {
   std::string host;
   int pid;
   std::string transport;
+  std::string local_address, remote_address;
   uint64_t bytes_sent, bytes_recv, frames_sent, frames_recv;
   int64_t busy_ns, last_activity_ns;
   uint64_t send_posted, send_sent, send_acked, send_done, recv_posted, recv_received, recv_done;

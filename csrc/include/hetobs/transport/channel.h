@@ -102,6 +102,10 @@ class Channel {
   virtual const char* kind() const = 0;  // "tcp" / "shm"
 
   const PeerInfo& peer() const { return peer_; }
+  // "ip:port" of this end and the peer's end of the TCP connection (the control connection
+  // for shared memory), so a person can match a link to a firewall rule or a capture.
+  std::string localAddress() const;
+  std::string remoteAddress() const;
   PeerProgress& progress() { return stats_->progress; }
   LinkCounters& counters() { return stats_->counters; }
   // Move the counters into the rank's stats segment (before the first op); nullptr keeps them private.
