@@ -67,7 +67,8 @@ def exporter(
     otlp_endpoint: Annotated[Optional[str], typer.Option(
         "--otlp-endpoint", help="OTLP/HTTP base URL (default: OTEL_EXPORTER_OTLP_ENDPOINT).")] = None,
     sample: Annotated[Optional[float], typer.Option(
-        "--sample", min=0.0, max=1.0, help="Fraction of collectives sent as spans (default: HETOBS_OTEL_SAMPLE).")] = None,
+        "--sample", min=0.0, max=1.0,
+        help="Fraction of collectives sent as spans (default: HETOBS_OTEL_SAMPLE).")] = None,
     shm_dir: Annotated[str, typer.Option("--shm-dir", hidden=True)] = "/dev/shm",
 ) -> None:
     """Serve a job's live collective metrics (Prometheus /metrics, node_exporter textfile, OTLP)."""
@@ -81,6 +82,8 @@ def exporter(
     if not source.snapshot().ranks:
         out.warning(f"no stats segment of job {job} on this node (yet)")
     if textfile is not None:
+        if not textfile.endswith(".prom"):
+            out.warning(f"{textfile}: node_exporter's textfile collector reads only files ending in .prom")
         _textfile(out, source, textfile, interval, write_textfile)
         return
     stop = _stop_event()

@@ -82,7 +82,8 @@ def top(
     job: Annotated[str, typer.Option("--job", help="Job id (HETOBS_JOB_ID of the job).")],
     interval: Annotated[float, typer.Option("--interval", min=0.05, help="Seconds per refresh (the window).")] = 1.0,
     once: Annotated[bool, typer.Option("--once", help="Show one view (over one --interval) and exit.")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="One plain JSON document on stdout (implies --once).")] = False,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="One plain JSON document on stdout (implies --once).")] = False,
     threshold: Annotated[float, typer.Option(
         "--threshold", min=0.0, help="Highlight seconds since progress past this (default: the rank's hang timeout).")
     ] = 0.0,

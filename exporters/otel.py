@@ -134,10 +134,11 @@ class SpanPump:
             if st is None:
                 continue
             cur = self._cursors.setdefault((entry.rank, st.pid), _Cursor())
-            oldest = st.records[0]["record_id"] if st.records else 0
+            records: list[dict[str, Any]] = st.records
+            oldest = int(records[0]["record_id"]) if records else 0
             cur.pending = {i for i in cur.pending if i >= oldest}  # fell out of the ring
-            for rec in st.records:
-                rid = int(rec["record_id"])  # type: ignore[arg-type]
+            for rec in records:
+                rid = int(rec["record_id"])
                 if rid <= cur.high and rid not in cur.pending:
                     continue
                 cur.high = max(cur.high, rid)

@@ -109,7 +109,8 @@ def metrics_app(registry: CollectorRegistry) -> Callable[..., Iterable[bytes]]:
         if not accept or "text/plain" in accept or "*/*" in accept:
             environ["HTTP_ACCEPT"] = "text/plain; version=0.0.4"
         if "gzip" not in environ.get("HTTP_ACCEPT_ENCODING", ""):
-            return inner(environ, start_response)
+            plain: Iterable[bytes] = inner(environ, start_response)
+            return plain
         got: dict[str, Any] = {}
         body = b"".join(inner(environ, lambda status, headers, exc_info=None: got.update(s=status, h=headers)))
         headers = list(got["h"])
@@ -123,7 +124,8 @@ def metrics_app(registry: CollectorRegistry) -> Callable[..., Iterable[bytes]]:
 
 
 def start_http_server(port: int = 9464, addr: str = "127.0.0.1", *, source: SnapshotSource | None = None,
-                      job: str | None = None, registry: CollectorRegistry | None = None):  # type: ignore[no-untyped-def]
+                      job: str | None = None,
+                      registry: CollectorRegistry | None = None) -> tuple[WSGIServer, threading.Thread]:
     """Serve /metrics from a daemon thread; returns (server, thread) like prometheus_client.
 
     Default source: this process's own segment (`InProcessSource(job)`), for a

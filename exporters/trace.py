@@ -83,15 +83,15 @@ def events_from_incident(job_dir: str, incident: str) -> tuple[list[dict[str, An
         except (OSError, ValueError) as e:
             problems.append(f"{path}: unreadable ({e})")
             continue
-        if not isinstance(doc, dict) or doc.get("schema") != "hetobs.dump" or not str(doc.get("version", "")).startswith(
-                "1."):
+        if not isinstance(doc, dict) or doc.get("schema") != "hetobs.dump" or not str(
+                doc.get("version", "")).startswith("1."):
             problems.append(f"{path}: not a hetobs.dump 1.x document")
             continue
         rank, when = int(doc.get("rank", -1)), doc.get("time_ns")
         hosts[rank] = str(doc.get("host", ""))
-        for e in doc.get("entries") or []:
-            comm = int(e.get("comm_id", e.get("pg_id", 0)))
-            ev = _op_event(rank, comm, e, when)
+        for entry in doc.get("entries") or []:
+            comm = int(entry.get("comm_id", entry.get("pg_id", 0)))
+            ev = _op_event(rank, comm, entry, when)
             if ev is not None:
                 events.append(ev)
         if when:
@@ -114,7 +114,8 @@ def events_from_snapshot(snap: Snapshot) -> tuple[list[dict[str, Any]], dict[int
             continue
         hosts[entry.rank] = entry.host
         for rec in entry.stats.records:
-            ev = _op_event(entry.rank, int(rec["comm_id"]), rec, snap.time_ns)  # type: ignore[arg-type]
+            r: dict[str, Any] = rec
+            ev = _op_event(entry.rank, int(r["comm_id"]), r, snap.time_ns)
             if ev is not None:
                 events.append(ev)
     if not hosts:

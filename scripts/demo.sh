@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The main job for now: set up (idempotent), then a local 4-rank run of the native
-# transport that prints the bandwidth table. Extra arguments go to `hetobs bench`.
+# The main job: set up (idempotent), then `hetobs demo` — a local 4-rank job on the
+# native transport with an injected fault (default: a rank stuck in Python), the
+# watchdog's dumps and the diagnosis naming the culprit with its evidence.
+# Extra arguments go to `hetobs demo` (e.g. --fault kill|stop|sleep|mismatch|link|deadlock).
+# Exit status: 1 = the fault was found (expected), 0 = healthy (--fault none).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup.sh
 
-exec .venv/bin/hetobs bench --ranks 4 --quick "$@"
+exec .venv/bin/hetobs demo "$@"

@@ -113,7 +113,7 @@ else
     pip install -q "scikit-build-core>=0.10" "pybind11>=2.13"
 fi
 
-# --- 5. editable install of hetobs (+ test extras) -----------------------------------
+# --- 5. editable install of hetobs (+ test and telemetry extras) ---------------------
 # Reinstall only when something that the build or the editable mapping depends on
 # changed: pyproject, the native sources, or the set of Python files (the editable
 # finder maps files known at install time). Python edits alone need no reinstall.
@@ -132,7 +132,7 @@ if [[ "${HETOBS_REBUILD:-0}" != 1 && -f "$stamp_file" && "$(cat "$stamp_file")" 
 else
     log "hetobs: building and installing (editable; build dir build/<wheel tag>)"
     rm -f "$stamp_file"
-    pip install -q --no-build-isolation -e '.[test]'
+    pip install -q --no-build-isolation -e '.[test,telemetry]'
     "$VPY" -c 'import hetobs._core' || die "hetobs._core does not import after the build"
     printf '%s\n' "$stamp" >"$stamp_file"
 fi

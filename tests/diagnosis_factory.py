@@ -29,7 +29,8 @@ def make_entry(seq: int, *, op: str = "all_reduce", state: str = "completed", co
     done = started + duration_ns if state == "completed" else None
     nbytes = count * 4
     return {
-        "record_id": seq if record_id is None else record_id, "pg_id": comm, "collective_seq_id": seq if not p2p_seq else 0,
+        "record_id": seq if record_id is None else record_id, "pg_id": comm,
+        "collective_seq_id": seq if not p2p_seq else 0,
         "p2p_seq_id": p2p_seq, "profiling_name": f"hetobs:{op}", "input_sizes": [[count]], "output_sizes": [[count]],
         "input_dtypes": [dtype], "output_dtypes": [dtype], "state": state, "time_created_ns": started - 1000,
         "time_discovered_started_ns": started if state != "scheduled" else None,
@@ -37,7 +38,8 @@ def make_entry(seq: int, *, op: str = "all_reduce", state: str = "completed", co
         "op": op, "comm_id": comm, "dtype": dtype, "count": count, "out_count": count, "bytes": nbytes,
         "reduction": "sum" if "reduce" in op else None, "root": root, "peer": peer, "algorithm": "ring",
         "backend": "native", "device_type": "cpu", "comm_size": size, "comm_rank": rank,
-        "algbw_gbps": nbytes / duration_ns if done else None, "busbw_gbps": 1.5 * nbytes / duration_ns if done else None,
+        "algbw_gbps": nbytes / duration_ns if done else None,
+        "busbw_gbps": 1.5 * nbytes / duration_ns if done else None,
         "error": error,
     }
 

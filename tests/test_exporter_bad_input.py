@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -127,6 +128,17 @@ def test_textfile_with_bad_segments_and_unwritable_path(job: RankJob, tmp_path: 
     r = subprocess.run(cli + ["--textfile", str(tmp_path / "no" / "such" / "dir.prom")], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 4 and "No such file or directory" in r.stderr
+
+
+def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "hetobs.cli", "exporter", "--job", "nosuchjob-port", "--port",
+                            str(port), "--dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 4
+    assert f"error: cannot listen on 127.0.0.1:{port}: Address already in use" in r.stderr
 
 
 def test_textfile_interval_rewrites_until_sigterm(job: RankJob, tmp_path: Path) -> None:

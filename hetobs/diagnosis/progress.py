@@ -48,9 +48,10 @@ def walk(job: LoadedJob, st: Stuck, stall_s: float) -> list[Verdict]:
                 continue
             if not (_stale(p, stall_s) and _stale(back, stall_s)):
                 continue
+            quiet = min(x for x in (p.since_change_s, back.since_change_s, 1e18) if x is not None)
             ev = [f"rank {src} sent {p.sent} frame(s) to rank {dst} (acked {p.acked}), rank {dst} received "
                   f"{back.received} from rank {src}, in {st.op} seq {st.seq} on comm {st.comm}",
-                  f"neither end moved for {min(x for x in (p.since_change_s, back.since_change_s, 1e18) if x is not None):.1f} s"
+                  f"neither end moved for {quiet:.1f} s"
                   f" (stall time {stall_s:.1f} s); transport {p.transport or back.transport or 'unknown'}"]
             hs, hd = job.host_of(src), job.host_of(dst)
             if hs or hd:

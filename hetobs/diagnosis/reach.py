@@ -110,8 +110,8 @@ def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]],
                 reach.evidence.append(f"pid {m.pid} exists but is stopped (state T in /proc/{m.pid}/stat)")
             elif ps in ("running", "disk"):
                 reach.state = "silent"
-                reach.evidence.append(f"pid {m.pid} exists ({'uninterruptible sleep, state D' if ps == 'disk' else 'running'})"
-                                      f" but left no dump")
+                how = "uninterruptible sleep, state D" if ps == "disk" else "running"
+                reach.evidence.append(f"pid {m.pid} exists ({how}) but left no dump")
         elif m is not None:
             reach.evidence.append(f"its host {m.host} is not this host: its process cannot be checked from here")
         out[r] = reach

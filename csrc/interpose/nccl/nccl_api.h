@@ -109,6 +109,7 @@ typedef struct {
   union {
     hetobsProxyOpDescr proxyOp;
     hetobsProxyStepDescr proxyStep;
+    void* pointerAligned_;  // the documented union holds pointer members: it starts pointer-aligned
   };
 } ncclProfilerEventDescr_v4_t;
 
@@ -120,6 +121,7 @@ typedef struct {
   union {
     hetobsProxyOpDescr proxyOp;
     hetobsProxyStepDescr proxyStep;
+    void* pointerAligned_;
   };
 } ncclProfilerEventDescr_v5_t;
 

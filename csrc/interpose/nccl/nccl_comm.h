@@ -48,6 +48,8 @@ class NcclComm : public ExternalComm {
   std::atomic<bool> aborted{false};
   std::atomic<int> asyncError{0};      // ncclResult_t seen by ncclCommGetAsyncError, 0 = none
   std::atomic<uint32_t> splits{0};     // ncclCommSplit calls on this comm (child ids)
+  uint64_t asyncCheckedPass = 0;       // poller only: last pass that asked NCCL for async errors
+  bool errorDumped = false;            // poller only: the async error's dump was requested
   int64_t createdNs = 0;
 
  private:

@@ -248,6 +248,7 @@ ThreadHint& threadHint() {
 }
 
 Process* process() { return gProcess.load(std::memory_order_acquire); }
+bool processDisabled() { return gDisabled.load(std::memory_order_relaxed); }
 
 Process* startProcess(int hintRank, int hintSize) {
   if (Process* p = gProcess.load(std::memory_order_acquire)) return p;
@@ -302,7 +303,7 @@ uint64_t commIdFrom(const void* bytes, size_t n, uint64_t salt) {
 }
 
 std::vector<int> globalRanksFor(const Process& p, int rank, int size, bool* known) {
-  std::vector<int> g(size_t(size));
+  std::vector<int> g(static_cast<size_t>(size));
   *known = true;
   if (size == p.size && rank == p.rank) {
     for (int i = 0; i < size; ++i) g[size_t(i)] = i;
@@ -315,14 +316,14 @@ std::vector<int> globalRanksFor(const Process& p, int rank, int size, bool* know
   return g;
 }
 
-std::shared_ptr<NcclComm> makeComm(Process& p, uint64_t id, int rank, int size, int device) {
+std::shared_ptr<NcclComm> makeComm(Process& p, uint64_t id, int rank, int size, int device, bool attach) {
   bool known = true;
   auto g = globalRanksFor(p, rank, size, &known);
   if (!known)
     HETOBS_INFO("NCCL comm %llu (%d ranks) does not span the world of %d: its peers are named by comm rank",
                 (unsigned long long)id, size, p.size);
   auto c = std::make_shared<NcclComm>(id, std::move(g), rank, device, strFormat("nccl:%llx", (unsigned long long)id));
-  c->attach();
+  if (attach) c->attach();
   return c;
 }
 

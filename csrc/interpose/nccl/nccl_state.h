@@ -45,6 +45,7 @@ struct Process {
 // invalid settings (logged once) or HETOBS_WATCHDOG=0.
 Process* startProcess(int hintRank, int hintSize);
 Process* process();  // nullptr until started (or when disabled)
+bool processDisabled();  // a start was refused: stay out for good
 
 // A communicator id all members derive alike (53 bits, nonzero, not the native or
 // torch-wrapper world ids).
@@ -61,8 +62,9 @@ void removeComm(ncclComm_t handle);
 // A communicator created outside the calls we interpose (ncclCommInitRankScalable,
 // ncclCommShrink...): registered on its first op with an id local to this rank.
 std::shared_ptr<NcclComm> adoptComm(ncclComm_t handle);
-// Make a comm from its parts, attach it to the runtime (stats slot, watchdog, metadata).
-std::shared_ptr<NcclComm> makeComm(Process& p, uint64_t id, int rank, int size, int device);
+// Make a comm from its parts; `attach` joins the runtime (stats slot, watchdog, metadata),
+// else call attach() once NCCL has created the communicator.
+std::shared_ptr<NcclComm> makeComm(Process& p, uint64_t id, int rank, int size, int device, bool attach = true);
 
 // Interposer comms no profiler context has claimed yet (for the plugin's binding).
 void noteUnbound(const std::shared_ptr<NcclComm>& comm);

@@ -1,0 +1,89 @@
+/* A stand-in for libcudart.so.12, because this machine has no GPU and no CUDA: just the
+ * calls the NCCL interposer and the test application make. Streams are opaque pointers;
+ * an event "completes" as soon as it is recorded, unless the fake GPU is stalled
+ * (fake_cuda_stall(1)), in which case events recorded during the stall stay not-ready
+ * until fake_cuda_stall(0). Elapsed time is the host time between the two records. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+  int recorded;
+  int stalled;
+  long long t_ns;
+  int device;
+} FakeEvent;
+
+static __thread int tl_device = 0;
+static volatile int g_stalled = 0;
+static void* volatile g_capturing = 0; /* stream in capture mode (fake_cuda_capture) */
+static volatile long g_records = 0, g_queries = 0, g_syncs = 0;
+
+static long long now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int cudaGetDevice(int* d) { *d = tl_device; return 0; }
+int cudaSetDevice(int d) { tl_device = d; return 0; }
+int cudaGetLastError(void) { return 0; }
+const char* cudaGetErrorString(int e) { return e == 600 ? "cudaErrorNotReady" : "fake cuda error"; }
+
+int cudaEventCreateWithFlags(void** ev, unsigned int flags) {
+  (void)flags;
+  FakeEvent* e = calloc(1, sizeof *e);
+  e->device = tl_device;
+  *ev = e;
+  return 0;
+}
+int cudaEventCreate(void** ev) { return cudaEventCreateWithFlags(ev, 0); }
+int cudaEventDestroy(void* ev) { free(ev); return 0; }
+
+int cudaEventRecord(void* ev, void* stream) {
+  (void)stream;
+  FakeEvent* e = ev;
+  e->t_ns = now_ns();
+  e->stalled = g_stalled;
+  e->recorded = 1;
+  __sync_fetch_and_add(&g_records, 1);
+  return 0;
+}
+
+int cudaEventQuery(void* ev) {
+  FakeEvent* e = ev;
+  __sync_fetch_and_add(&g_queries, 1);
+  if (e->recorded && e->stalled && g_stalled) return 600; /* cudaErrorNotReady */
+  return 0;
+}
+
+int cudaEventElapsedTime(float* ms, void* a, void* b) {
+  FakeEvent *s = a, *e = b;
+  if (!s->recorded || !e->recorded) return 1;
+  *ms = (float)((e->t_ns - s->t_ns) / 1e6);
+  return 0;
+}
+
+int cudaStreamIsCapturing(void* stream, int* status) {
+  *status = (g_capturing && stream == g_capturing) ? 1 : 0;
+  return 0;
+}
+
+/* What the application itself uses. */
+int cudaStreamCreate(void** s) { *s = calloc(1, 64); return 0; }
+int cudaStreamSynchronize(void* s) {
+  (void)s;
+  __sync_fetch_and_add(&g_syncs, 1);
+  while (g_stalled) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, 0);
+  }
+  return 0;
+}
+
+/* Test controls. */
+void fake_cuda_stall(int on) { g_stalled = on; }
+void fake_cuda_capture(void* stream) { g_capturing = stream; }
+long fake_cuda_event_records(void) { return g_records; }
+long fake_cuda_stream_syncs(void) { return g_syncs; }
