@@ -36,7 +36,7 @@ def run_loop(exe: Path, np: int, nbytes: int, iters: int, preload: str | None, w
         cmd += ["-x", f"LD_PRELOAD={preload}", "-x", f"HETOBS_DIR={workdir / 'hetobs'}",
                 "-x", "HETOBS_JOB_ID=bench-mpi-overhead"]
     cmd += [str(exe), str(nbytes), str(iters), str(max(100, iters // 10))]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
     if p.returncode != 0:
         raise SystemExit(f"mpirun failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}{p.stderr}")
     for line in p.stdout.splitlines():
@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                              median_abs_dev(plain)))
     cmd = " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).as_posix() if argv is None else "mpi_overhead.py",
                                              *(sys.argv[1:] if argv is None else argv)])
-    mpirun_version = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    mpirun_version = subprocess.run(["mpirun", "--version"], capture_output=True, text=True,
+                                    check=False).stdout.splitlines()[0]
     print(f"`python {cmd}` — {mpirun_version}, {os.cpu_count()} CPUs, load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}, {args.rounds} interleaved pairs per row, medians\n")
     print("| ranks | bytes | calls/run | plain ns/call | preloaded ns/call | added ns/call (median of pairs) "

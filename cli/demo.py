@@ -2,8 +2,8 @@
 on one machine in under a minute — a 4-rank job on the native transport, one injected
 fault, the watchdog firing, the dumps, and the diagnosis printed.
 
-Exit codes as `hetobs diagnose`: 1 when the diagnosis found the fault (the expected
-outcome of a faulty demo), 0 when healthy, 4 when the demo could not run.
+Exit codes: 0 when the diagnosis names exactly the injected fault (or calls a healthy
+run healthy), 1 when it does not, 4 when the demo could not run.
 """
 
 from __future__ import annotations
@@ -58,11 +58,14 @@ def demo(
     if json_out:
         data = json.loads(report.to_json())
         data["demo"] = {"fault": fault, "culprit": who, "link": list(res.link) if res.link else None,
-                        "seconds": round(res.seconds_total, 2), "job_dir": str(res.job_dir)}
+                        "found": res.found_the_fault, "seconds": round(res.seconds_total, 2),
+                        "job_dir": str(res.job_dir)}
         out.json(data)
     else:
         render(report)
         out.message(f"demo: injected {fault} on rank {who}" + (f" (link {res.link[0]} -> {res.link[1]})"
                                                                   if res.link else "")
                     + f"; evidence in {res.job_dir}; {res.seconds_total:.1f} s in all")
-    raise typer.Exit(int(ExitCode.OK if report.status.value == "healthy" else ExitCode.FAULT))
+        out.message("demo: the diagnosis " + ("names the injected fault" if res.found_the_fault
+                                             else "does NOT match the injected fault"))
+    raise typer.Exit(int(ExitCode.OK if res.found_the_fault else ExitCode.FAULT))

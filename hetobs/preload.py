@@ -12,9 +12,9 @@ This module imports nothing native: it works when hetobs._core does not load.
 from __future__ import annotations
 
 import os
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
-__all__ = ["LIBRARIES", "library_path", "search_dirs", "preload_value", "preload_env"]
+__all__ = ["LIBRARIES", "library_path", "preload_env", "preload_value", "search_dirs"]
 
 LIBRARIES = {"mpi": "libhetobs_mpi.so", "nccl": "libhetobs_nccl.so"}
 
@@ -32,8 +32,8 @@ def search_dirs() -> list[str]:
             d = os.path.join(str(p), "lib")
             if os.path.basename(str(p)) == "hetobs" and d not in dirs:
                 dirs.append(d)
-    except Exception:  # importlib.resources cannot see the package: fall back to __path__
-        pass
+    except (ImportError, TypeError, ValueError, AttributeError):
+        pass  # importlib.resources cannot see the package: hetobs.__path__ below still can
     import hetobs
 
     for p in list(getattr(hetobs, "__path__", [])) + [os.path.dirname(os.path.abspath(__file__))]:

@@ -16,8 +16,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -136,7 +137,8 @@ class MpiRun:
         deadline = time.monotonic() + timeout
         while not cond():
             if self.proc.poll() is not None:
-                pytest.fail(f"mpirun exited ({self.proc.returncode}) while waiting for {what}:\n{self.output()[-4000:]}")
+                pytest.fail(f"mpirun exited ({self.proc.returncode}) while waiting for {what}:\n"
+                            f"{self.output()[-4000:]}")
             if time.monotonic() > deadline:
                 pytest.fail(f"timed out waiting for {what}; output:\n{self.output()[-4000:]}")
             time.sleep(0.05)
@@ -188,7 +190,7 @@ def mpirun(tmp_path: Path) -> Iterator[Any]:
 
 def _diagnose(run: MpiRun) -> tuple[int, dict[str, Any]]:
     p = subprocess.run([sys.executable, "-m", "hetobs.cli", "diagnose", "--job", run.job, "--dir", str(run.dir),
-                        "--json"], capture_output=True, text=True, timeout=60)
+                        "--json"], check=False, capture_output=True, text=True, timeout=60)
     assert p.stdout.strip(), f"diagnose printed nothing (exit {p.returncode}): {p.stderr}"
     return p.returncode, json.loads(p.stdout)
 
@@ -214,8 +216,8 @@ def test_collectives_records_counters_and_dump(programs: dict[str, Path], mpi_li
         assert m["rank"] == r and m["world_size"] == NP and m["job"] == run.job
         assert m["exited_cleanly"] is False
         assert m["side_channel"]["port"] > 0
-        world = [c for c in m["comms"] if c["comm_id"] == 0]
-        assert world and world[0]["backend"] == "mpi" and world[0]["global_ranks"] == list(range(NP))
+        wm = [c for c in m["comms"] if c["comm_id"] == 0]
+        assert wm and wm[0]["backend"] == "mpi" and wm[0]["global_ranks"] == list(range(NP))
         split = [c for c in m["comms"] if c["comm_id"] != 0 and c["size"] == 2]
         assert len(split) == 1 and split[0]["global_ranks"] == [g for g in range(NP) if g % 2 == r % 2]
 
@@ -268,7 +270,7 @@ def test_collectives_records_counters_and_dump(programs: dict[str, Path], mpi_li
         assert bc[0]["root"] == 0 and bc[0]["dtype"] == "int32"
         sends = [e for e in world_entries if e["op"] == "send"]
         assert sends[0]["peer"] == (r + 1) % NP and sends[0]["p2p_seq_id"] >= 1
-        world_state = [c for c in d["comms"] if c["comm_id"] == 0][0]
+        world_state = next(c for c in d["comms"] if c["comm_id"] == 0)
         assert world_state["last_coll_seq"] == EXPECTED_WORLD_COLLECTIVES and world_state["in_flight"] is None
 
     # Let the ranks finish: MPI_Finalize marks each one as exited cleanly.
@@ -289,7 +291,7 @@ def test_hang_dumps_every_rank_into_one_incident(programs: dict[str, Path], mpi_
     for r, d in dumps.items():
         assert d["incident"] == "hang-c0-s3"
         assert d["python"]["status"] == "unavailable"
-        world = [c for c in d["comms"] if c["comm_id"] == 0][0]
+        world = next(c for c in d["comms"] if c["comm_id"] == 0)
         if r == sleeper:
             assert d["reason"] == "peer_request"
             assert world["last_coll_seq"] == 2 and world["in_flight"] is None
@@ -373,10 +375,11 @@ def test_inert_outside_mpi_and_in_the_launcher(mpi_lib: str, tmp_path: Path) -> 
     """Loaded into processes that never call MPI_Init (a plain program, mpirun itself), it does nothing."""
     hdir = tmp_path / "hetobs"
     env = {**os.environ, "LD_PRELOAD": mpi_lib, "HETOBS_DIR": str(hdir), "HETOBS_JOB_ID": "inert"}
-    p = subprocess.run([sys.executable, "-c", "print('plain')"], env=env, capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", "print('plain')"], env=env, capture_output=True, text=True, timeout=60,
+                       check=False)
     assert p.returncode == 0 and p.stdout == "plain\n" and p.stderr == ""
     p = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "true"], env=env,
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode == 0, p.stderr
     assert not hdir.exists()
     assert stats.segment_paths("inert") == []
@@ -390,3 +393,77 @@ def test_invalid_setting_leaves_the_job_running(programs: dict[str, Path], mpi_l
     assert "HETOBS_RECORDS='many': expected a number" in lines[0] and "interposer is off" in lines[0]
     assert not run.job_dir.exists()
     assert run.segments() == []
+
+
+def test_generated_job_id_is_agreed(programs: dict[str, Path], mpi_lib: str, mpirun: Any) -> None:
+    """Without HETOBS_JOB_ID (or SLURM_JOB_ID, TORCHELASTIC_RUN_ID) rank 0's generated id is used by all."""
+    run = mpirun(mpi_lib, [programs["collectives"]], np=2, env={"HETOBS_JOB_ID": ""})
+    assert run.wait() == 0, run.output()
+    made = os.listdir(run.dir)
+    assert len(made) == 1, made
+    ranks = jobs.read_ranks(str(run.dir / made[0]))
+    assert sorted(ranks) == [0, 1]
+    assert {rf.data["job"] for rf in ranks.values() if rf.data} == {made[0]}
+    assert all(rf.data and rf.data["exited_cleanly"] for rf in ranks.values())
+
+
+# The native reader (csrc/src/common/env_config.cc) must accept and refuse what hetobs.config does,
+# with the same message. Singleton runs (no mpirun: MPI_Init makes a world of one) keep this quick.
+_BAD = [("HETOBS_RECORDS", "many"), ("HETOBS_RECORDS", "0"), ("HETOBS_RECORDS", "1.5"),
+        ("HETOBS_HANG_TIMEOUT", "0.01"), ("HETOBS_HANG_TIMEOUT", "abc"), ("HETOBS_TIMEOUT", "-1"),
+        ("HETOBS_CONNECT_TIMEOUT", "0"), ("HETOBS_TRANSPORT", "udp"), ("HETOBS_WATCHDOG", "yes"),
+        ("HETOBS_ABORT_ON_HANG", "2"), ("HETOBS_DUMP_SIGNAL", "SIGFOO"), ("HETOBS_DUMP_SIGNAL", "9"),
+        ("HETOBS_DUMP_SIGNAL", " stop "), ("HETOBS_JOB_ID", "a/b"), ("HETOBS_JOB_ID", ".."),
+        ("HETOBS_DEBUG", "loud"), ("HETOBS_SMALL_BYTES", "-1"), ("HETOBS_OTEL_SAMPLE", "x")]
+_GOOD = [("HETOBS_RECORDS", " 64 "), ("HETOBS_RECORDS", "1_000"), ("HETOBS_HANG_TIMEOUT", "1e3"),
+         ("HETOBS_DUMP_SIGNAL", "usr2"), ("HETOBS_DUMP_SIGNAL", "12"), ("HETOBS_WATCHDOG", " TRUE "),
+         ("HETOBS_DEBUG", "error"), ("HETOBS_OTEL_SAMPLE", "5"), ("HETOBS_TRANSPORT", "TCP")]
+
+
+def _singleton(programs: dict[str, Path], lib: str, tmp: Path, var: str, value: str) -> tuple[subprocess.Popen, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HETOBS_")}
+    env.update({"LD_PRELOAD": lib, "HETOBS_DIR": str(tmp / "hetobs"), "HETOBS_JOB_ID": "single", var: value})
+    p = subprocess.Popen([str(programs["hang"]), "-1", "0"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    return p, err
+
+
+@pytest.mark.parametrize(("var", "value"), _BAD)
+def test_settings_refused_like_python(programs: dict[str, Path], mpi_lib: str, tmp_path: Path, var: str,
+                                      value: str) -> None:
+    from hetobs.config import SettingError, from_env
+
+    with pytest.raises(SettingError) as exc:
+        from_env({var: value})
+    p, err = _singleton(programs, mpi_lib, tmp_path, var, value)
+    assert p.returncode == 0, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("hetobs:")]
+    assert len(lines) == 1 and str(exc.value) in lines[0] and "interposer is off" in lines[0], (str(exc.value), err)
+    assert not (tmp_path / "hetobs").exists()
+
+
+@pytest.mark.parametrize(("var", "value"), _GOOD)
+def test_settings_accepted_like_python(programs: dict[str, Path], mpi_lib: str, tmp_path: Path, var: str,
+                                       value: str) -> None:
+    from hetobs.config import from_env
+
+    from_env({var: value})
+    p, err = _singleton(programs, mpi_lib, tmp_path, var, value)
+    assert p.returncode == 0, err
+    assert "hetobs:" not in err, err
+    meta = json.loads((tmp_path / "hetobs" / "single" / "ranks" / "rank-0.json").read_text())
+    assert meta["exited_cleanly"] is True and meta["world_size"] == 1
+
+
+def test_watchdog_off_means_inert(programs: dict[str, Path], mpi_lib: str, tmp_path: Path) -> None:
+    """HETOBS_WATCHDOG=0 turns off dumps and the stats segment: the interposer has nothing to feed and stays out."""
+    p, err = _singleton(programs, mpi_lib, tmp_path, "HETOBS_WATCHDOG", "0")
+    assert p.returncode == 0 and "hetobs:" not in err, err
+    assert not (tmp_path / "hetobs").exists()
+    assert stats.segment_paths("single") == []

@@ -22,11 +22,14 @@ from typing import Callable, Optional
 
 from ..diagnosis import Options, Report, diagnose
 
-__all__ = ["FAULTS", "DemoResult", "run_demo", "DemoError"]
+__all__ = ["FAULTS", "DemoResult", "run_demo", "DemoError", "EXPECTED"]
 
 FAULTS = ("kill", "stop", "sleep", "mismatch", "link", "deadlock", "slow", "none")
 _HANGS = {"stop", "sleep", "link", "deadlock"}  # the watchdog has to find these
 _ERRORS = {"kill", "mismatch"}  # an op fails and dumps at once
+# What a correct diagnosis says about each fault (None: the job is healthy).
+EXPECTED = {"kill": "rank_dead", "stop": "rank_unresponsive", "sleep": "rank_not_joined",
+            "mismatch": "op_mismatch", "link": "link_stalled", "deadlock": "deadlock", "slow": None, "none": None}
 
 
 class DemoError(RuntimeError):
@@ -44,6 +47,22 @@ class DemoResult:
     seconds_to_evidence: float = 0.0
     seconds_total: float = 0.0
     rank_output: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def found_the_fault(self) -> bool:
+        """The diagnosis names exactly the injected culprit (or link), and nothing else."""
+        want = EXPECTED[self.fault]
+        verdicts = self.report.verdicts
+        if want is None:
+            return self.report.status.value == "healthy"
+        if not verdicts or verdicts[0].kind.value != want:
+            return False
+        top = verdicts[0]
+        if self.fault == "link":
+            return [tuple(x) for x in top.links] == [self.link] and not top.ranks
+        if self.fault == "deadlock":
+            return self.culprit in top.ranks
+        return list(top.ranks) == [self.culprit]
 
 
 def _free_port() -> int:

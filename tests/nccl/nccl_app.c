@@ -9,7 +9,9 @@
  *               STALLED and waits for a line on stdin before it lets the op finish
  * MODE error:   the sequence, then an allreduce NCCL rejects (bad datatype)
  * MODE capture: the sequence, then an allreduce on a stream in CUDA graph capture
- * MODE abort:   the sequence, then a stalled allreduce and ncclCommAbort */
+ * MODE abort:   the sequence, then a stalled allreduce and ncclCommAbort
+ * With NCCL_APP_HOLD=1 it prints HOLD and waits for a line on stdin before it destroys
+ * (or after it aborted) the communicator, so a test can read its live state. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +43,15 @@ void fake_cuda_stall(int on);
 void fake_cuda_capture(cudaStream_t s);
 void fake_nccl_stall_next(int sent, int acked, int received);
 void fake_nccl_release(void);
+
+static void hold(void) {
+  const char* h = getenv("NCCL_APP_HOLD");
+  if (!h || strcmp(h, "1") != 0) return;
+  printf("HOLD\n");
+  fflush(stdout);
+  char line[64];
+  if (!fgets(line, sizeof line, stdin)) line[0] = 0;
+}
 
 #define CHECK(call)                                                              \
   do {                                                                           \
@@ -97,6 +108,7 @@ int main(int argc, char** argv) {
     if (!fgets(line, sizeof line, stdin)) line[0] = 0;
     if (strcmp(mode, "abort") == 0) {
       CHECK(ncclCommAbort(comm));
+      hold();
       fake_cuda_stall(0);
       printf("DONE\n");
       return 0;
@@ -107,11 +119,13 @@ int main(int argc, char** argv) {
   } else if (strcmp(mode, "error") == 0) {
     int r = ncclAllReduce(buf, buf, 16, 99, ncclSum, comm, stream);
     printf("ERROR_RESULT %d\n", r);
+    fflush(stdout);
   } else if (strcmp(mode, "capture") == 0) {
     fake_cuda_capture(stream);
     CHECK(ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, comm, stream));
     fake_cuda_capture(NULL);
   }
+  hold();
   CHECK(ncclCommDestroy(comm));
   printf("DONE\n");
   fflush(stdout);

@@ -18,6 +18,7 @@
 #include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
 #include "hetobs/common/net.h"
+#include "hetobs/observe/observed.h"
 #include "hetobs/observe/runtime.h"
 
 namespace hetobs {
@@ -265,9 +266,17 @@ void onCommFree(MPI_Comm c) {
   if (!gActive.load(std::memory_order_acquire) || c == MPI_COMM_WORLD || c == MPI_COMM_NULL) return;
   std::lock_guard<std::mutex> g(gMu);
   uint64_t key = handleKey(c);
-  if (findComm(key)) putComm(key, nullptr);
-  // The entry itself stays: a request still in flight may point at it, and the dump
-  // keeps showing what ran on it.
+  CommEntry* e = findComm(key);
+  if (!e) return;
+  putComm(key, nullptr);
+  // With nothing in flight the communicator leaves the runtime's registry (dumps and the
+  // rank file stop listing it; its records stay in the ring). A nonblocking op still
+  // running keeps it, as MPI does, until the process ends.
+  Observed::InFlight f;
+  if (e->ext && !e->ext->inFlight(&f)) {
+    e->x = nullptr;
+    e->ext.reset();
+  }
 }
 
 void setUp() {

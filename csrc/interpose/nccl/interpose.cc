@@ -118,7 +118,7 @@ ncclResult_t initOne(ncclComm_t* out, int nranks, const ncclUniqueId& id, int ra
   ncclResult_t r = call();
   hint.init = nullptr;
   if ((r == ncclSuccess || r == ncclInProgress) && *out) {
-    c->attach();
+    attachComm(*c);
     addComm(*out, c);
   }
   return r;
@@ -156,7 +156,7 @@ HETOBS_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const in
   if (r == ncclSuccess || r == ncclInProgress) {
     for (int i = 0; i < ndev; ++i) {
       if (!comms[i]) continue;
-      made[size_t(i)]->attach();
+      attachComm(*made[size_t(i)]);
       addComm(comms[i], made[size_t(i)]);
     }
   }

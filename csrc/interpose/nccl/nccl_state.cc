@@ -145,7 +145,10 @@ void discoverWorld(Process* p, Card me) {
         changed = true;
       }
     }
-    if (changed) p->rt->setWorld(cards);
+    if (changed) {
+      std::lock_guard<std::mutex> g(p->metaMu);
+      p->rt->setWorld(cards);
+    }
     if (missing == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(sleepMs));
     sleepMs = monoNs() < fastUntil ? std::min<int64_t>(sleepMs * 2, 2000) : 10000;
@@ -172,7 +175,10 @@ void startSideChannel(Process* p) {
     std::vector<Card> cards(size_t(p->size));
     for (int r = 0; r < p->size; ++r) cards[size_t(r)].rank = r;
     cards[size_t(p->rank)] = me;
-    rt->setWorld(cards);
+    {
+      std::lock_guard<std::mutex> g(p->metaMu);
+      rt->setWorld(cards);
+    }
     if (p->size > 1 && !p->env.job_id_generated) {
       std::thread(discoverWorld, p, me).detach();
     } else if (p->size > 1) {
@@ -201,6 +207,7 @@ void onExit() {
                 "%llu profiler event(s)",
                 (unsigned long long)d.slotsFull.load(), (unsigned long long)d.captured.load(),
                 (unsigned long long)d.profilerEvents.load());
+  std::lock_guard<std::mutex> g(p->metaMu);
   p->rt->markExit(idle && !d.opsFailed.load());
 }
 
@@ -323,8 +330,15 @@ std::shared_ptr<NcclComm> makeComm(Process& p, uint64_t id, int rank, int size, 
     HETOBS_INFO("NCCL comm %llu (%d ranks) does not span the world of %d: its peers are named by comm rank",
                 (unsigned long long)id, size, p.size);
   auto c = std::make_shared<NcclComm>(id, std::move(g), rank, device, strFormat("nccl:%llx", (unsigned long long)id));
-  if (attach) c->attach();
+  if (attach) attachComm(*c);
   return c;
+}
+
+void attachComm(NcclComm& comm) {
+  Process* p = process();
+  if (!p) return;
+  std::lock_guard<std::mutex> g(p->metaMu);
+  comm.attach();
 }
 
 std::shared_ptr<NcclComm> findComm(ncclComm_t h) {

@@ -37,7 +37,13 @@ struct Process {
   int rank = 0, size = 1;
   bool worldFromEnv = false;
   std::unique_ptr<Listener> listener;
+  // Held around everything that rewrites the rank file (attach, setWorld, markExit):
+  // Runtime::writeMetadata from two threads at once collides on its temp file.
+  std::mutex metaMu;
 };
+
+// Join the runtime (stats slot, watchdog, rank file), serialized with other rank-file writes.
+void attachComm(NcclComm& comm);
 
 // Start hetobs in this process (once): settings, runtime, side channel, exit hook.
 // `hintRank`/`hintSize` (the first communicator's) name this process's place in the
@@ -63,7 +69,7 @@ void removeComm(ncclComm_t handle);
 // ncclCommShrink...): registered on its first op with an id local to this rank.
 std::shared_ptr<NcclComm> adoptComm(ncclComm_t handle);
 // Make a comm from its parts; `attach` joins the runtime (stats slot, watchdog, metadata),
-// else call attach() once NCCL has created the communicator.
+// else call attachComm() once NCCL has created the communicator.
 std::shared_ptr<NcclComm> makeComm(Process& p, uint64_t id, int rank, int size, int device, bool attach = true);
 
 // Interposer comms no profiler context has claimed yet (for the plugin's binding).

@@ -93,10 +93,12 @@ void release(Slot& s) {
 }
 
 // End the op: the record gets the GPU's duration (start = completion seen - elapsed).
-void finish(Slot& s, bool ok, const char* error, int64_t elapsedNs = 0) {
+// `rejected`: NCCL refused the call itself (the application got the error back and
+// nothing ran), which does not make the exit unclean; a failure of a running op does.
+void finish(Slot& s, bool ok, const char* error, int64_t elapsedNs = 0, bool rejected = false) {
   if (ok && elapsedNs > 0) Recorder::instance().markStarted(recordIdOf(s.token), monoNs() - elapsedNs);
   s.comm->end(s.token, ok, error);
-  if (!ok) drops().opsFailed.store(true, std::memory_order_relaxed);
+  if (!ok && !rejected) drops().opsFailed.store(true, std::memory_order_relaxed);
   release(s);
 }
 
@@ -142,7 +144,7 @@ void launched(const CudaRt& rt, Slot& s, ncclResult_t r) {
   } else if (r == ncclInProgress) {
     s.state.store(kEnqueueWait, std::memory_order_release);
   } else {
-    finish(s, false, ncclErrorString(r));
+    finish(s, false, ncclErrorString(r), 0, true);
     return;
   }
   wakePoller();
@@ -360,7 +362,8 @@ ncclResult_t groupEnd(ncclResult_t (*realGroupEnd)()) {
   for (uint32_t i = head; i != kNoSlot;) {
     Slot& s = w.slots[i];
     uint32_t next = s.next;  // read before the slot is handed on
-    if (s.callResult != ncclSuccess && s.callResult != ncclInProgress) finish(s, false, ncclErrorString(s.callResult));
+    if (s.callResult != ncclSuccess && s.callResult != ncclInProgress)
+      finish(s, false, ncclErrorString(s.callResult), 0, true);
     else launched(rt, s, r);
     i = next;
   }

@@ -265,10 +265,12 @@ void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, c
   uint64_t seq = notice ? notice->reporter_desc.seq
                         : (directTheirs && directTheirs->seq < desc_.seq ? directTheirs->seq : desc_.seq);
   if (seq != desc_.seq && !isP2P(desc_.op) && history_[seq % kHistory].seq == seq) ours = history_[seq % kHistory];
-  firsthand[rank_] = ours;
+  // A rank still behind that seq (slow, not deviating) cannot say what it will call there:
+  // it does not vote. What a peer's frames showed (second hand) counts whatever its seq.
+  if (ours.seq == seq) firsthand[rank_] = ours;
   if (directTheirs) secondhand[directPeer] = *directTheirs;
   if (notice) {
-    firsthand[notice->reporter] = notice->reporter_desc;
+    if (notice->reporter_desc.seq == seq) firsthand[notice->reporter] = notice->reporter_desc;
     if (notice->suspect >= 0) secondhand.emplace(notice->suspect, notice->suspect_desc);
   }
   AbortNotice mine;
@@ -285,7 +287,12 @@ void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, c
   for (auto& ch : channels_)
     if (ch) ch->discardData();
   int64_t until = monoNs() + std::min<int64_t>(kResolveNs, std::max<int64_t>(deadlineNs_ - monoNs(), 200000000));
-  while (monoNs() < until && int(firsthand.size()) < size()) {
+  auto heard = [&] {
+    size_t n = firsthand.size();
+    for (auto& kv : secondhand) n += firsthand.count(kv.first) ? 0 : 1;
+    return int(n);
+  };
+  while (monoNs() < until && heard() < size()) {
     std::vector<pollfd> fds;
     for (auto& ch : channels_) {
       if (!ch || ch->peerClosed() || firsthand.count(ch->peer().rank)) continue;
@@ -294,7 +301,8 @@ void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, c
       } catch (const RemoteAbort& a) {
         AbortNotice got = AbortNotice::decode(a.body);
         if (got.reporter >= 0) {
-          if (got.kind == AbortKind::kMismatch || got.reporter == a.peer) firsthand[got.reporter] = got.reporter_desc;
+          if ((got.kind == AbortKind::kMismatch || got.reporter == a.peer) && got.reporter_desc.seq == seq)
+            firsthand[got.reporter] = got.reporter_desc;
           if (got.suspect >= 0) secondhand.emplace(got.suspect, got.suspect_desc);
         }
         continue;

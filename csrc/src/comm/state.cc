@@ -100,6 +100,7 @@ void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
     w.field("transport", ch->kind());
     w.field("local_address", ch->localAddress()).field("remote_address", ch->remoteAddress());
     w.field("bytes_sent", k.bytes_sent.load()).field("bytes_recv", k.bytes_recv.load());
+    w.field("frames_sent", k.frames_sent.load()).field("frames_recv", k.frames_recv.load());
     w.field("busy_ns", k.busy_ns.load());
     writeTimeOrNull(w, "last_activity_ns", k.last_activity_ns.load());
     w.endObject();
