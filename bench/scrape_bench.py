@@ -89,7 +89,8 @@ def main() -> int:
         job.send("exit")
 
     print(f"`{' '.join([Path(sys.executable).name, 'bench/scrape_bench.py'] + sys.argv[1:])}` — "
-          f"{len(snap.ranks)} ranks, {comms} communicators, {links} links, {samples} samples, "
+          f"{len(snap.ranks)} ranks x {comms // max(1, len(snap.ranks))} communicators ({comms} comm and "
+          f"{links} link entries in all), {samples} samples, "
           f"{len(text) / 1024:.0f} KiB per scrape, {args.scrapes} scrapes\n")
     print("| step | median ms | p90 ms | max ms |")
     print("| --- | ---: | ---: | ---: |")

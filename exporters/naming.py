@@ -132,7 +132,7 @@ METRICS: tuple[MetricSpec, ...] = (
        "Seconds since the last byte moved over the link (absent if none ever did).", otel_unit="s"),
     # --- the exporter itself -------------------------------------------------------------------
     _m("hetobs_exporter_snapshot_seconds", "gauge", "seconds", ("job_id",),
-       "Time this scrape spent reading the job's stats segments and building metrics."),
+       "Time this scrape spent reading the job's stats segments."),
 )
 
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS}

@@ -46,9 +46,11 @@ def make_entry(seq: int, *, op: str = "all_reduce", state: str = "completed", co
 
 def make_peer(peer: int, *, sent: int = 0, received: int = 0, posted: int = 6, since_s: float = 5.0,
               transport: str = "shm", acked: Optional[int] = None) -> dict[str, Any]:
+    """Progress with one peer; a direction with nothing moved has nothing posted (as the core writes it)."""
     return {"peer": peer, "global_peer": peer, "transport": transport,
-            "send": {"posted": posted, "sent": sent, "acked": sent if acked is None else acked, "done": sent},
-            "recv": {"posted": posted, "received": received, "done": received},
+            "send": {"posted": posted if sent else 0, "sent": sent, "acked": sent if acked is None else acked,
+                     "done": sent},
+            "recv": {"posted": posted if received else 0, "received": received, "done": received},
             "last_change_ns": T0 - int(since_s * 1e9), "seconds_since_change": since_s}
 
 

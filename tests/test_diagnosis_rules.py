@@ -722,9 +722,35 @@ def test_timeout_chain_names_the_rank_waited_on(tmp_path: Path) -> None:
     ("ondemand-healthy", None, []),
     ("abort-on-hang", "hang-c0-s3", [("rank_not_joined", [1])]),
     ("abort-on-hang", "error-c0-s3", [("rank_not_joined", [1])]),
+    ("link", None, [("link_stalled", [])]),
 ])
 def test_saved_native_watchdog_dumps(job: str, incident: str, verdicts: list) -> None:
     """Dumps the real native watchdog wrote: every case names exactly its culprit."""
     rep = run(SAVED / "native" / job, incident=incident, proc_root=Path("/nonexistent-proc"))
     assert [(v.kind.value, v.ranks) for v in faults(rep)] == verdicts
+    if job == "link":
+        assert rep.verdicts[0].links == [(0, 1)]
     assert rep.status == (Status.FAULT if verdicts else Status.HEALTHY)
+
+
+def test_link_stalled_when_the_sender_already_moved_on(tmp_path: Path) -> None:
+    """A blackholed connection: the sender finished seq 17 (its counters now show seq 18), the
+    receiver still waits for the last frame of seq 17 from it."""
+    job = JobSpec(3)
+    c0 = job.comm(0)
+    c0["last_coll_seq"] = 18
+    c0["in_flight"] = make_in_flight(18, seconds=4.0, peers=[make_peer(1, sent=1, acked=0, since_s=4.0)])
+    c0["links"] = [make_link(1, bytes_sent=4096)]
+    job.dumps[0]["entries"].append(make_entry(18, rank=0, size=3, state="started"))
+    job.comm(1)["in_flight"]["peers"] = [make_peer(0, sent=0, received=2, posted=3, since_s=5.0),
+                                         make_peer(2, sent=3, received=0, posted=3, since_s=5.0)]
+    job.comm(1)["links"] = [make_link(0, bytes_sent=1024)]
+    job.comm(2)["in_flight"]["peers"] = [make_peer(1, sent=0, received=3, posted=4, since_s=5.0),
+                                         make_peer(0, sent=4, received=0, posted=4, since_s=5.0)]
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.links) for v in faults(rep)] == [("link_stalled", [(0, 1)])]
+    text = "\n".join(rep.verdicts[0].evidence)
+    assert "rank 0 completed all_reduce seq 17 on comm 0 (it is at seq 18 now)" in text
+    assert "received only 2 of the 3 frame(s)" in text
+    assert "3072 bytes never arrived" in text
+    assert "sent 1 frame(s) to rank 1 and 0 were acknowledged" in text

@@ -92,3 +92,11 @@ def test_promtool_rule_unit_tests() -> None:
     r = subprocess.run([PROMTOOL, "test", "rules", str(MONITORING / "alerts_test.yml")], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_monitoring_readme_lists_every_metric() -> None:
+    """monitoring/README.md's table equals naming.METRICS (name, type, labels), in order."""
+    text = (MONITORING / "README.md").read_text()
+    rows = re.findall(r"^\| `(hetobs_[a-z_]+)` \| (\w+) \| ([a-z_, ]+) \|", text, flags=re.M)
+    want = [(m.name + ("_total" if m.kind == "counter" else ""), m.kind, ", ".join(m.labels)) for m in METRICS]
+    assert rows == want, "monitoring/README.md's metric table drifted from exporters/naming.py"

@@ -93,9 +93,10 @@ def mpi_lib() -> str:
 def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("mpi-bin")
     built = {}
-    for name in ("collectives", "hang"):
+    for name in ("collectives", "hang", "threads"):
         exe = out / name
-        subprocess.run(["mpicc", "-O1", "-o", str(exe), str(SOURCES / f"{name}.c")], check=True, timeout=120)
+        subprocess.run(["mpicc", "-O1", "-pthread", "-o", str(exe), str(SOURCES / f"{name}.c")], check=True,
+                       timeout=120)
         built[name] = exe
     return built
 
@@ -405,6 +406,31 @@ def test_generated_job_id_is_agreed(programs: dict[str, Path], mpi_lib: str, mpi
     assert sorted(ranks) == [0, 1]
     assert {rf.data["job"] for rf in ranks.values() if rf.data} == {made[0]}
     assert all(rf.data and rf.data["exited_cleanly"] for rf in ranks.values())
+
+
+
+def test_concurrent_nonblocking_ops_from_threads(programs: dict[str, Path], mpi_lib: str, mpirun: Any,
+                                                 tmp_path: Path) -> None:
+    """MPI_THREAD_MULTIPLE: requests made and completed on two threads at once are each matched to their op."""
+    iters = 200
+    sync = tmp_path / "sync-threads"
+    sync.mkdir()
+    run = mpirun(mpi_lib, [programs["threads"], iters, sync])
+    run.wait_for("every rank's threads to finish",
+                 lambda: run.proc.poll() == 77 or all((sync / f"ready-{r}").exists() for r in range(NP)))
+    if run.proc.poll() == 77:
+        pytest.skip("this MPI does not provide MPI_THREAD_MULTIPLE")
+    for path in run.segments():
+        st = stats.read_segment(path, records=2048)
+        dups = [c for c in st.comms if c.comm_id != 0]
+        assert len(dups) == 2 and len({c.comm_id for c in dups}) == 2, st.comms
+        for c in dups:
+            got = {op: k.calls for op, k in c.ops.items() if k.calls}
+            assert got == {"send": iters, "recv": iters, "all_reduce": iters}, f"rank {st.rank}"
+            assert c.coll_seq == iters and c.p2p_seq == 2 * iters and c.inflight_op is None
+        assert st.records and all(r["state"] == "completed" for r in st.records), f"rank {st.rank}"
+    (sync / "go").touch()
+    assert run.wait() == 0, run.output()
 
 
 # The native reader (csrc/src/common/env_config.cc) must accept and refuse what hetobs.config does,

@@ -251,7 +251,9 @@ def test_exports_only_nccl_entry_points_and_needs_neither_nccl_nor_cuda(lib: Pat
 def test_preload_records_every_op_with_names_counts_and_backend(tmp_path: Path, fakes: Path, lib: Path,
                                                                   procs: list[Proc]) -> None:
     job = f"nccl{uuid.uuid4().hex[:10]}"
-    app = Proc([str(fakes / "nccl_app"), "0", "1", "stall"], job_env(tmp_path, fakes, lib, job, 0, 1))
+    # Each op spends 20 ms inside the call (host), while the fake GPU's events say 1.5 ms.
+    app = Proc([str(fakes / "nccl_app"), "0", "1", "stall"],
+               job_env(tmp_path, fakes, lib, job, 0, 1, FAKE_NCCL_OP_US="20000", FAKE_CUDA_ELAPSED_MS="1.5"))
     procs.append(app)
     app.expect("STALLED")
     seg = wait_for(lambda: (s := segment(tmp_path, job, 0)) and len(s.records) == len(APP_OPS) + 1 and
@@ -263,9 +265,12 @@ def test_preload_records_every_op_with_names_counts_and_backend(tmp_path: Path, 
     assert [r["collective_seq_id"] for r in recs] == [1, 2, 3, 4, 5, 0, 0, 6, 7]
     assert [r["p2p_seq_id"] for r in recs] == [0, 0, 0, 0, 0, 1, 2, 0, 0]
     assert recs[0]["bytes"] == 4096 and recs[-2]["bytes"] == 2 << 20
-    # Durations are the fake GPU's event intervals: each op spends ~200 us inside the call.
+    # Durations are the CUDA events' (cudaEventElapsedTime), not the host's view of the call.
     for r in recs[:-1]:
-        assert r["time_discovered_completed_ns"] >= r["time_discovered_started_ns"] >= r["time_created_ns"]
+        duration_ms = (r["time_discovered_completed_ns"] - r["time_discovered_started_ns"]) / 1e6
+        assert 1.5 <= duration_ms < 4.5, r
+        assert (r["time_discovered_completed_ns"] - r["time_created_ns"]) / 1e6 >= 20, r
+        assert r["algbw_gbps"] == pytest.approx(r["bytes"] / (duration_ms * 1e6), rel=0.01)
     assert recs[-1]["op"] == "all_reduce" and recs[-1]["state"] == "started"
     (comm,) = seg.comms
     assert comm.size == 1 and comm.rank == 0 and comm.coll_seq == 7 and comm.p2p_seq == 2
@@ -413,18 +418,67 @@ def test_rejected_captured_and_aborted_ops(tmp_path: Path, fakes: Path, lib: Pat
 
 
 def test_nonblocking_communicator_ops_complete(tmp_path: Path, fakes: Path, lib: Path, procs: list[Proc]) -> None:
-    """Calls answer ncclInProgress: the poller records the end event once NCCL says the op is enqueued."""
+    """Calls answer ncclInProgress (a non-blocking communicator): the poller records each op's
+    end event once ncclCommGetAsyncError stops saying ncclInProgress, and the ops complete."""
     job = f"nccl{uuid.uuid4().hex[:10]}"
-    app = Proc([str(fakes / "nccl_app"), "0", "1", "stall"],
-               job_env(tmp_path, fakes, lib, job, 0, 1, FAKE_NCCL_NONBLOCKING="1", HETOBS_HANG_TIMEOUT="300"))
+    app = Proc([str(fakes / "nccl_app"), "0", "1", "ops"],
+               job_env(tmp_path, fakes, lib, job, 0, 1, FAKE_NCCL_NONBLOCKING="1", NCCL_APP_HOLD="1"))
     procs.append(app)
-    app.expect("STALLED")
-    seg = wait_for(lambda: (s := segment(tmp_path, job, 0)) and len(s.records) == len(APP_OPS) + 1 and
-                   all(r["state"] == "completed" for r in s.records[:-1]) and s, what="in-progress ops to complete")
-    assert seg.records[-1]["state"] == "started"
+    app.expect("HOLD")
+    seg = wait_for(lambda: (s := segment(tmp_path, job, 0)) and len(s.records) == len(APP_OPS) and
+                   all(r["state"] == "completed" for r in s.records) and s, what="in-progress ops to complete")
+    assert [r["op"] for r in seg.records] == [op for op, *_ in APP_OPS]
     app.proceed()
     assert app.finish() == 0
     assert rank_file(tmp_path, job, 0)["exited_cleanly"] is True
+
+
+@pytest.mark.parametrize("version", [4, 6])
+def test_split_and_init_all_communicators(tmp_path: Path, fakes: Path, lib: Path, procs: list[Proc],
+                                          version: int) -> None:
+    """ncclCommSplit: the child gets an id both members derive alike, and the profiler binds
+    the child's proxy progress to the child, not to its parent (v6: through the API event on
+    the calling thread; v4, which has none: the one unclaimed comm of that rank and size).
+    ncclCommInitAll: one id for the communicator whose ranks all live in this process, each
+    rank with its own progress."""
+    v = str(version)
+    job = f"nccl{uuid.uuid4().hex[:10]}"
+    apps = [Proc([str(fakes / "nccl_app"), str(r), "2", "split"],
+                 job_env(tmp_path, fakes, lib, job, r, 2, NCCL_APP_HOLD="1", HETOBS_HANG_TIMEOUT="300",
+                         FAKE_NCCL_PROFILER_VERSION=v))
+            for r in (0, 1)]
+    procs.extend(apps)
+    segs = []
+    for r, app in enumerate(apps):
+        app.expect("HOLD")
+        segs.append(wait_for(lambda: (s := segment(tmp_path, job, r)) and len(s.records) == len(APP_OPS) + 1 and
+                             all(x["state"] == "completed" for x in s.records) and s, what="the child's op"))
+    for r, seg in enumerate(segs):
+        parent, child = seg.comms
+        assert child.comm_id != parent.comm_id and (child.size, child.rank) == (2, r)
+        assert seg.records[-1]["comm_id"] == child.comm_id and seg.records[-1]["count"] == 8
+        by_comm = {lk.comm_id: lk for lk in seg.links}
+        ops = COLLECTIVES_BEFORE_STALL * CHANNELS + 1
+        assert link_counts(by_comm[parent.comm_id])[:4] == (ops, ops * STEPS, ops * STEPS, ops)
+        assert link_counts(by_comm[child.comm_id]) == (2, 2 * STEPS, 2 * STEPS, 2, 2, 2 * STEPS, 2)
+    assert segs[0].comms[1].comm_id == segs[1].comms[1].comm_id
+    for app in apps:
+        app.proceed()
+        assert app.finish() == 0
+
+    job = f"nccl{uuid.uuid4().hex[:10]}"
+    app = Proc([str(fakes / "nccl_app"), "0", "2", "initall"],
+               job_env(tmp_path, fakes, lib, job, 0, 1, NCCL_APP_HOLD="1", FAKE_NCCL_PROFILER_VERSION=v))
+    procs.append(app)
+    app.expect("HOLD")
+    seg = wait_for(lambda: (s := segment(tmp_path, job, 0)) and len(s.records) == 2 and
+                   all(x["state"] == "completed" for x in s.records) and s, what="the grouped ops")
+    assert [(c.size, c.rank) for c in seg.comms] == [(2, 0), (2, 1)]
+    assert seg.comms[0].comm_id == seg.comms[1].comm_id
+    assert sorted((lk.peer, link_counts(lk)) for lk in seg.links) == [
+        (0, (2, 8, 8, 2, 2, 8, 2)), (1, (2, 8, 8, 2, 2, 8, 2))]
+    app.proceed()
+    assert app.finish() == 0
 
 
 # ---------------------------------------------------------------------------------------------- the plugin alone
@@ -471,14 +525,22 @@ def test_profiler_plugin_alone_records_per_peer_progress(tmp_path: Path, fakes: 
 # ---------------------------------------------------------------------------------------------- staying out
 
 
-def test_inert_without_cuda_runtime(tmp_path: Path, fakes: Path, lib: Path) -> None:
-    """NCCL but no libcudart anywhere: calls are forwarded, nothing is recorded or created."""
+def test_without_a_usable_cuda_runtime_calls_are_forwarded(tmp_path: Path, fakes: Path, lib: Path) -> None:
+    """NCCL, and no CUDA runtime in the process: with none installed the interposer stays
+    inert (nothing created); with one installed but no GPU (as on this machine, which has
+    CUDA 13's libcudart) it cannot make events, so ops are forwarded and not recorded."""
+    import ctypes.util
+
     job = f"nccl{uuid.uuid4().hex[:10]}"
     env = job_env(tmp_path, fakes / "nocuda", lib, job, 0, 1, plugin=False)
-    out = subprocess.run([str(fakes / "nocuda" / "app")], env=env, capture_output=True, text=True, timeout=30)
+    out = subprocess.run([str(fakes / "nocuda" / "app")], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
-    assert not (tmp_path / "jobs").exists()
+    if ctypes.util.find_library("cudart") is None:
+        assert not (tmp_path / "jobs").exists()
+    else:
+        meta = rank_file(tmp_path, job, 0)
+        assert meta["exited_cleanly"] is True  # nothing was left in flight: nothing was watched
 
 
 def test_inert_with_watchdog_off_and_plugin_declines(tmp_path: Path, fakes: Path, lib: Path) -> None:
@@ -508,3 +570,28 @@ def test_preloaded_into_a_process_without_nccl(tmp_path: Path, lib: Path) -> Non
     out = subprocess.run([sys.executable, "-c", "print('ok')"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout == "ok\n" and out.stderr == ""
     assert not (tmp_path / "jobs").exists()
+
+
+def test_stays_out_when_another_hetobs_runtime_watches_the_process(tmp_path: Path, fakes: Path, lib: Path) -> None:
+    """hetobs in Python already owns this rank's stats segment; a second runtime in the same
+    process would clobber it, so the preloaded interposer steps aside (one warning) and NCCL
+    calls still work."""
+    code = (
+        "import ctypes, hetobs\n"
+        "comm = hetobs.init()\n"
+        "ctypes.CDLL('libcudart.so.12', mode=ctypes.RTLD_GLOBAL)\n"
+        "ctypes.CDLL('libnccl.so.2', mode=ctypes.RTLD_GLOBAL)\n"
+        "g = ctypes.CDLL(None)  # the global scope: the preloaded interposer's ncclCommInitRank\n"
+        "class Id(ctypes.Structure):\n"
+        "    _fields_ = [('internal', ctypes.c_char * 128)]\n"
+        "c, buf = ctypes.c_void_p(), ctypes.create_string_buffer(64)\n"
+        "r1 = g.ncclCommInitRank(ctypes.byref(c), 1, Id(), 0)\n"
+        "r2 = g.ncclAllReduce(buf, buf, ctypes.c_size_t(4), 7, 0, c, None)\n"
+        "r3 = g.ncclCommDestroy(c)\n"
+        "print('RESULT', r1, r2, r3, len(comm.records()))\n")
+    job = f"nccl{uuid.uuid4().hex[:10]}"
+    env = job_env(tmp_path, fakes, lib, job, 0, 1, MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["RESULT", "0", "0", "0", "0"]
+    assert out.stderr.count("another hetobs runtime already watches this process") == 1, out.stderr

@@ -32,6 +32,61 @@ def _finished(p: PeerProg) -> bool:
     return send_ok and recv_ok
 
 
+def _link_evidence(job: LoadedJob, st: Stuck, src: int, dst: int) -> list[str]:
+    """The cumulative byte counters of the link, from both ends, and where it runs."""
+    ev = []
+    sd, dd = job.dumps.get(src), job.dumps.get(dst)
+    sv = sd.comms.get(st.comm) if sd is not None else None
+    dv = dd.comms.get(st.comm) if dd is not None else None
+    out_link = next((lk for lk in sv.links if lk.peer == dst), None) if sv is not None else None
+    in_link = next((lk for lk in dv.links if lk.peer == src), None) if dv is not None else None
+    if out_link is not None and in_link is not None and out_link.bytes_sent is not None \
+            and in_link.bytes_recv is not None:
+        gap = out_link.bytes_sent - in_link.bytes_recv
+        ev.append(f"link counters: rank {src} sent {out_link.bytes_sent} bytes to rank {dst}, which received "
+                  f"{in_link.bytes_recv} from it" + (f" ({gap} bytes never arrived)" if gap > 0 else ""))
+    hs, hd = job.host_of(src), job.host_of(dst)
+    if hs or hd:
+        ev.append(f"link {hs}:{src} -> {hd}:{dst}")
+    return ev
+
+
+def _moved_on(job: LoadedJob, st: Stuck, ops: dict[int, InFlight], stall_s: float,
+              known: set[tuple[int, int]]) -> list[Verdict]:
+    """Senders that completed the stuck op (they are in a later one) while a receiver still waits for
+    their frames: the frames were sent and never arrived. The sender's own counters of that op are
+    gone (they reset per op), so the receiver's `recv` counters are the evidence."""
+    out: list[Verdict] = []
+    for dst, f in sorted(ops.items()):
+        for p in f.peers:
+            src = p.peer
+            if src in ops or (src, dst) in known or p.recv_posted is None or p.received is None:
+                continue
+            if p.received >= p.recv_posted or not _stale(p, stall_s):
+                continue
+            sd = job.dumps.get(src)
+            sv = sd.comms.get(st.comm) if sd is not None else None
+            pos = sv.position() if sv is not None else None
+            if pos is None or pos <= st.seq:
+                continue
+            ev = [f"rank {src} completed {st.op} seq {st.seq} on comm {st.comm} (it is at seq {pos} now), but rank "
+                  f"{dst} received only {p.received} of the {p.recv_posted} frame(s) it expects from rank {src} in it",
+                  f"rank {dst} has not received anything from rank {src} for "
+                  f"{p.since_change_s if p.since_change_s is not None else float('nan'):.1f} s "
+                  f"(stall time {stall_s:.1f} s); transport {p.transport or 'unknown'}"]
+            nxt = sv.in_flight if sv is not None else None
+            back = nxt.peer(dst) if nxt is not None else None
+            if back is not None and back.sent is not None and back.acked is not None and back.sent > back.acked:
+                ev.append(f"in seq {nxt.rec.seq} rank {src} sent {back.sent} frame(s) to rank {dst} "
+                          f"and {back.acked} were acknowledged")
+            ev.extend(_link_evidence(job, st, src, dst))
+            out.append(Verdict(VerdictKind.LINK_STALLED, [], f"link {src} -> {dst} stalled: frames rank {src} sent in "
+                               f"{st.op} seq {st.seq} never reached rank {dst}", ev, links=[(src, dst)],
+                               comm=st.comm, seq=st.seq, op=st.op, confidence=0.85))
+            known.add((src, dst))
+    return out
+
+
 def walk(job: LoadedJob, st: Stuck, stall_s: float) -> list[Verdict]:
     ops: dict[int, InFlight] = {}
     for r in st.joined:
@@ -53,12 +108,11 @@ def walk(job: LoadedJob, st: Stuck, stall_s: float) -> list[Verdict]:
                   f"{back.received} from rank {src}, in {st.op} seq {st.seq} on comm {st.comm}",
                   f"neither end moved for {quiet:.1f} s"
                   f" (stall time {stall_s:.1f} s); transport {p.transport or back.transport or 'unknown'}"]
-            hs, hd = job.host_of(src), job.host_of(dst)
-            if hs or hd:
-                ev.append(f"link {hs}:{src} -> {hd}:{dst}")
+            ev.extend(_link_evidence(job, st, src, dst))
             out.append(Verdict(VerdictKind.LINK_STALLED, [], f"link {src} -> {dst} stalled: frames sent were never "
                                f"received", ev, links=[(src, dst)], comm=st.comm, seq=st.seq, op=st.op,
                                confidence=0.9))
+    out.extend(_moved_on(job, st, ops, stall_s, {tuple(lk) for v in out for lk in v.links}))
     if out:
         return out
     ring = job.rings.get(st.comm)

@@ -2,7 +2,8 @@
  * calls the NCCL interposer and the test application make. Streams are opaque pointers;
  * an event "completes" as soon as it is recorded, unless the fake GPU is stalled
  * (fake_cuda_stall(1)), in which case events recorded during the stall stay not-ready
- * until fake_cuda_stall(0). Elapsed time is the host time between the two records. */
+ * until fake_cuda_stall(0). Elapsed time is the host time between the two records, or
+ * FAKE_CUDA_ELAPSED_MS when set. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,10 +59,12 @@ int cudaEventQuery(void* ev) {
   return 0;
 }
 
+/* FAKE_CUDA_ELAPSED_MS: a fixed "GPU" duration, so a test can tell it from host times. */
 int cudaEventElapsedTime(float* ms, void* a, void* b) {
   FakeEvent *s = a, *e = b;
   if (!s->recorded || !e->recorded) return 1;
-  *ms = (float)((e->t_ns - s->t_ns) / 1e6);
+  const char* fixed = getenv("FAKE_CUDA_ELAPSED_MS");
+  *ms = fixed ? (float)atof(fixed) : (float)((e->t_ns - s->t_ns) / 1e6);
   return 0;
 }
 

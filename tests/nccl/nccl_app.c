@@ -10,6 +10,9 @@
  * MODE error:   the sequence, then an allreduce NCCL rejects (bad datatype)
  * MODE capture: the sequence, then an allreduce on a stream in CUDA graph capture
  * MODE abort:   the sequence, then a stalled allreduce and ncclCommAbort
+ * MODE split:   the sequence, then ncclCommSplit (one color) and an allreduce on the child
+ * MODE initall: (NRANKS devices in this one process) ncclCommInitAll, then a grouped
+ *               allreduce on every communicator; no sequence
  * With NCCL_APP_HOLD=1 it prints HOLD and waits for a line on stdin before it destroys
  * (or after it aborted) the communicator, so a test can read its live state. */
 #include <stdio.h>
@@ -25,6 +28,8 @@ enum { ncclSum = 0, ncclMax = 2 };
 int ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank);
 int ncclCommDestroy(ncclComm_t comm);
 int ncclCommAbort(ncclComm_t comm);
+int ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist);
+int ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, void* config);
 int ncclAllReduce(const void*, void*, size_t, int, int, ncclComm_t, cudaStream_t);
 int ncclAllGather(const void*, void*, size_t, int, ncclComm_t, cudaStream_t);
 int ncclReduceScatter(const void*, void*, size_t, int, int, ncclComm_t, cudaStream_t);
@@ -78,6 +83,19 @@ int main(int argc, char** argv) {
   cudaSetDevice(0);
   cudaStream_t stream;
   cudaStreamCreate(&stream);
+  if (strcmp(mode, "initall") == 0) {
+    ncclComm_t comms[8];
+    if (n > 8) return 2;
+    CHECK(ncclCommInitAll(comms, n, NULL));
+    CHECK(ncclGroupStart());
+    for (int i = 0; i < n; ++i) CHECK(ncclAllReduce(buf, buf, 100, ncclFloat32, ncclSum, comms[i], stream));
+    CHECK(ncclGroupEnd());
+    cudaStreamSynchronize(stream);
+    hold();
+    for (int i = 0; i < n; ++i) CHECK(ncclCommDestroy(comms[i]));
+    printf("DONE\n");
+    return 0;
+  }
   ncclComm_t comm;
   CHECK(ncclCommInitRank(&comm, n, id, rank));
 
@@ -120,6 +138,13 @@ int main(int argc, char** argv) {
     int r = ncclAllReduce(buf, buf, 16, 99, ncclSum, comm, stream);
     printf("ERROR_RESULT %d\n", r);
     fflush(stdout);
+  } else if (strcmp(mode, "split") == 0) {
+    ncclComm_t sub;
+    CHECK(ncclCommSplit(comm, 0, rank, &sub, NULL));
+    CHECK(ncclAllReduce(buf, buf, 8, ncclFloat32, ncclSum, sub, stream));
+    cudaStreamSynchronize(stream);
+    hold();
+    CHECK(ncclCommDestroy(sub));
   } else if (strcmp(mode, "capture") == 0) {
     fake_cuda_capture(stream);
     CHECK(ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, comm, stream));

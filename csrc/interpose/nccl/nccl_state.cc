@@ -15,6 +15,7 @@
 #include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
 #include "hetobs/common/net.h"
+#include "hetobs/stats/segment.h"
 #include "op_watch.h"
 
 namespace hetobs {
@@ -196,10 +197,23 @@ void startSideChannel(Process* p) {
 std::mutex gStartMu;
 std::atomic<Process*> gProcess{nullptr};
 std::atomic<bool> gDisabled{false};
+pid_t gStartPid = 0;
+
+// Another hetobs runtime in this very process (the MPI interposer, or hetobs in Python)
+// already owns this rank's stats segment: a second one would clobber it.
+bool segmentTakenByThisProcess(const std::string& job, int rank) {
+  std::string path = "/dev/shm" + stats::Segment::pathFor(job, rank);
+  FILE* f = fopen(path.c_str(), "rb");
+  if (!f) return false;
+  stats::StatsHeader h;
+  size_t n = fread(&h, 1, sizeof h, f);
+  fclose(f);
+  return n == sizeof h && memcmp(h.magic, stats::kMagic, sizeof h.magic) == 0 && h.pid == int32_t(getpid());
+}
 
 void onExit() {
   Process* p = gProcess.load(std::memory_order_acquire);
-  if (!p) return;
+  if (!p || getpid() != gStartPid) return;  // a forked child exiting is not this rank's exit
   bool idle = stopWatching();
   Drops& d = drops();
   if (d.slotsFull || d.captured || d.profilerEvents)
@@ -283,6 +297,13 @@ Process* startProcess(int hintRank, int hintSize) {
     p->size = hintSize;
   }
   setLogPrefix("rank " + std::to_string(p->rank));
+  if (segmentTakenByThisProcess(p->env.job_id, p->rank)) {
+    HETOBS_WARN("NCCL interposer off: another hetobs runtime already watches this process (the MPI interposer, "
+                "or hetobs in Python); preload one hetobs library per process");
+    gDisabled = true;
+    delete p;
+    return nullptr;
+  }
   try {
     p->rt = &Runtime::init(runtimeConfigFrom(p->env, p->rank, p->size));
   } catch (const std::exception& e) {
@@ -292,6 +313,7 @@ Process* startProcess(int hintRank, int hintSize) {
     return nullptr;
   }
   startSideChannel(p);
+  gStartPid = getpid();
   atexit(onExit);
   gProcess.store(p, std::memory_order_release);
   HETOBS_INFO("NCCL interposer active: job %s, rank %d of %d%s", p->env.job_id.c_str(), p->rank, p->size,
