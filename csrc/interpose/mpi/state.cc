@@ -144,8 +144,11 @@ void trackRequest(MPI_Request req, ExternalComm* comm, uint64_t token) {
       }
       if (k != key) continue;
       // A handle is live in one op at a time, so this slot is ours until taken.
+      ExternalComm* oldComm = s.comm.load(std::memory_order_relaxed);
       s.comm.store(comm, std::memory_order_relaxed);
-      s.token.store(token, std::memory_order_release);
+      uint64_t old = s.token.exchange(token, std::memory_order_acq_rel);
+      if (old && getenv("HETOBS_MPI_DEBUG_REQ")) fprintf(stderr, "DEBUG overwrite key %llx old token %llu new %llu\n", (unsigned long long)key, (unsigned long long)old, (unsigned long long)token);
+      (void)oldComm;
       return;
     }
   }
