@@ -723,6 +723,7 @@ def test_timeout_chain_names_the_rank_waited_on(tmp_path: Path) -> None:
     ("abort-on-hang", "hang-c0-s3", [("rank_not_joined", [1])]),
     ("abort-on-hang", "error-c0-s3", [("rank_not_joined", [1])]),
     ("link", None, [("link_stalled", [])]),
+    ("mismatch-one-dump-missing", None, [("op_mismatch", [0])]),
 ])
 def test_saved_native_watchdog_dumps(job: str, incident: str, verdicts: list) -> None:
     """Dumps the real native watchdog wrote: every case names exactly its culprit."""
@@ -754,3 +755,17 @@ def test_link_stalled_when_the_sender_already_moved_on(tmp_path: Path) -> None:
     assert "received only 2 of the 3 frame(s)" in text
     assert "3072 bytes never arrived" in text
     assert "sent 1 frame(s) to rank 1 and 0 were acknowledged" in text
+
+
+def test_mismatch_without_majority_in_dumps_uses_the_ranks_vote(tmp_path: Path) -> None:
+    """Only two of three dumps exist (1 against 1); the core's vote in the causes names rank 0."""
+    job = JobSpec(3, seq=7, incident="error-c0-s7")
+    vote = ("op mismatch on comm 0: deviating rank 0 (rank 0 called all_reduce seq 7 count 8 float32 sum); ranks 1, 2 "
+            "called all_reduce seq 7 count 262144 float32 sum (this rank: {r})")
+    job.fail_all({r: vote.format(r=r) for r in (0, 1)})
+    job.dumps[0]["entries"][-1]["count"] = 8
+    job.dumps[2] = None
+    job.metas[2].update(exited_cleanly=True, exit_time_ns=T0 - 10**8)
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("op_mismatch", [0])]
+    assert "the ranks' own vote" in rep.verdicts[0].evidence[-1]

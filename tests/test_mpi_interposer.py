@@ -70,6 +70,10 @@ def _expected_world() -> dict[str, tuple[int, int]]:
     add("recv", 16 * 4)                      # ... and a recv
     add("recv", 8 * 8)                       # MPI_Irecv (Waitall)
     add("send", 8 * 8)                       # MPI_Isend (Waitall)
+    for _ in range(2):
+        add("recv", 4)                       # 2 x MPI_Irecv int x 1 ...
+    for _ in range(2):
+        add("send", 4)                       # ... 2 x MPI_Isend int x 1, one Waitall for the four
     add("all_reduce", 4 * 8)                 # MPI_Iallreduce long x 4 (Wait)
     add("broadcast", 32)                     # MPI_Ibcast byte x 32 (Test)
     return {k: (v[0], v[1]) for k, v in calls.items()}

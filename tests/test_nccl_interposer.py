@@ -75,7 +75,7 @@ def fakes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     inc = f"-I{NCCL_TESTS}"
 
     def build(*args: str) -> None:
-        subprocess.run([cc, "-O1", "-Wall", "-Wextra", "-Werror", *args], check=True, cwd=d)
+        subprocess.run([cc, "-O1", "-Wall", "-Wextra", *args], check=True, cwd=d)
 
     build("-shared", "-fPIC", "-Wl,-soname,libcudart.so.12", "-o", "libcudart.so.12", str(NCCL_TESTS / "fake_cudart.c"))
     build("-shared", "-fPIC", inc, "-Wl,-soname,libnccl.so.2", "-o", "libnccl.so.2", str(NCCL_TESTS / "fake_nccl.c"),
@@ -200,6 +200,12 @@ def segment(tmp_path: Path, job: str, rank: int) -> Any:
     return read_segment(rank_file(tmp_path, job, rank)["stats_segment"], records=64)
 
 
+def settled(seg: Any) -> bool:
+    """Every ended record is also counted in the comm stats (end() writes the record first)."""
+    ended = sum(r["state"] in ("completed", "failed") for r in seg.records)
+    return ended == sum(k.calls for c in seg.comms for k in c.ops.values())
+
+
 def dump_now(tmp_path: Path, job: str, rank: int) -> dict[str, Any]:
     """An on-demand dump through the rank's control socket (what `echo dump | socat` does)."""
     path = rank_file(tmp_path, job, rank)["control_socket"]
@@ -257,7 +263,8 @@ def test_preload_records_every_op_with_names_counts_and_backend(tmp_path: Path, 
     procs.append(app)
     app.expect("STALLED")
     seg = wait_for(lambda: (s := segment(tmp_path, job, 0)) and len(s.records) == len(APP_OPS) + 1 and
-                   all(r["state"] == "completed" for r in s.records[:-1]) and s, what="the ops to complete")
+                   all(r["state"] == "completed" for r in s.records[:-1]) and settled(s) and s,
+                   what="the ops to complete")
     recs = seg.records
     single = [(op, c if op != "reduce_scatter" else c // 2, oc if op != "all_gather" else oc // 2, dt)
               for op, c, oc, dt in APP_OPS]  # one rank: gathered/scattered sizes are those of one rank
@@ -394,7 +401,8 @@ def test_rejected_captured_and_aborted_ops(tmp_path: Path, fakes: Path, lib: Pat
             app.proceed()
         app.expect("HOLD")
         seg = wait_for(lambda: (s := segment(tmp_path, job, 0)) and
-                       all(r["state"] != "started" for r in s.records) and s, what=f"{mode}: ops to end")
+                       all(r["state"] != "started" for r in s.records) and settled(s) and s,
+                       what=f"{mode}: ops to end")
         app.proceed()
         assert app.finish() == 0, app.stderr()
         runs[mode] = (seg, rank_file(tmp_path, job, 0), app.lines)
@@ -415,6 +423,32 @@ def test_rejected_captured_and_aborted_ops(tmp_path: Path, fakes: Path, lib: Pat
     last = seg.records[-1]
     assert (last["op"], last["state"], last["error"]) == ("all_reduce", "failed", "communicator aborted")
     assert meta["exited_cleanly"] is False  # an op that ran failed
+
+
+def test_async_error_fails_the_op_and_dumps_before_it_ends(tmp_path: Path, fakes: Path, lib: Path,
+                                                           procs: list[Proc]) -> None:
+    """NCCL reports an asynchronous error for the communicator (ncclCommGetAsyncError, as when a
+    peer dies) while an op is in flight: the rank dumps an error incident showing that op, then
+    the op ends failed with NCCL's message."""
+    job = f"nccl{uuid.uuid4().hex[:10]}"
+    app = Proc([str(fakes / "nccl_app"), "0", "1", "asyncerr"],
+               job_env(tmp_path, fakes, lib, job, 0, 1, HETOBS_HANG_TIMEOUT="300", NCCL_APP_HOLD="1"))
+    procs.append(app)
+    app.expect("STALLED")
+    seg = wait_for(lambda: (s := segment(tmp_path, job, 0)) and s.records[-1]["state"] == "failed" and
+                   settled(s) and s, what="the op to fail")
+    msg = "remote process exited or there was a network error (fake)"
+    assert seg.records[-1]["error"] == msg and seg.comms[0].failed
+    (inc,) = (tmp_path / "jobs" / job / "incidents").iterdir()
+    assert inc.name == f"error-c{seg.comms[0].comm_id}-s7"
+    d = json.loads((inc / "rank-0.json").read_text())
+    assert d["reason"] == "error" and msg in d["cause"] and "all_reduce seq 7" in d["cause"]
+    assert nccl_comm(d)["in_flight"]["collective_seq_id"] == 7
+    app.proceed()
+    app.expect("HOLD")
+    app.proceed()
+    assert app.finish() == 0
+    assert rank_file(tmp_path, job, 0)["exited_cleanly"] is False
 
 
 def test_nonblocking_communicator_ops_complete(tmp_path: Path, fakes: Path, lib: Path, procs: list[Proc]) -> None:

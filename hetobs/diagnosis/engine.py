@@ -130,7 +130,7 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
                         rc.evidence, confidence=0.6))
 
     # Stage 2: mismatches by majority, then who never joined (deadlocks first: they explain both sides).
-    for v in mismatch_verdicts(job, stuck):
+    for v in _settle_mismatches(mismatch_verdicts(job, stuck), causes):
         if v.confidence >= MIN_EXCLUDE_CONFIDENCE:
             add(v)
         else:
@@ -188,6 +188,43 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
     report.ranks = rank_table(job, reach, stuck)
     if job.incident_time_ns is None and job.source == "hetobs":
         report.data_problems.append(DataProblem(job.incident or "", "no dump carries time_ns"))
+
+
+def _settle_mismatches(found: list[Verdict], causes: dict[int, Cause]) -> list[Verdict]:
+    """Combine the dumps' own majority with the vote the ranks took when they failed.
+
+    The native core resolves a mismatch by a majority over every rank it heard (its
+    message says "deviating rank X"); that vote may have seen ranks whose dumps are
+    missing. When the dumps alone have no majority (or show no mismatch at all), a
+    consistent vote names the deviants; when the two disagree, nobody is blamed.
+    """
+    votes: dict[tuple[int, ...], list[int]] = {}
+    text: dict[tuple[int, ...], str] = {}
+    for r, c in sorted(causes.items()):
+        if c.kind == "mismatch" and c.culprits and "deviating" in c.root_text:
+            key = tuple(sorted(c.culprits))
+            votes.setdefault(key, []).append(r)
+            text.setdefault(key, c.root_text)
+    if len(votes) != 1:
+        return found
+    deviants, reporters = next(iter(votes.items()))
+    quote = f"rank(s) {', '.join(map(str, reporters))} failed with the ranks' own vote: {text[deviants]}"
+    out: list[Verdict] = []
+    for v in found:
+        if v.confidence < MIN_EXCLUDE_CONFIDENCE and set(deviants) <= set(v.ranks):
+            v = Verdict(VerdictKind.OP_MISMATCH, list(deviants), f"rank{'s' if len(deviants) > 1 else ''} "
+                        f"{', '.join(map(str, deviants))} called a different op at seq {v.seq} on comm {v.comm} "
+                        f"than the majority", v.evidence[:-1] + [quote], comm=v.comm, seq=v.seq, op=v.op,
+                        confidence=0.8)
+        elif v.confidence >= MIN_EXCLUDE_CONFIDENCE and set(v.ranks) == set(deviants):
+            v.evidence.append(quote)
+        out.append(v)
+    if not found:
+        op, seq = op_and_seq(text[deviants])
+        out.append(Verdict(VerdictKind.OP_MISMATCH, list(deviants), f"rank{'s' if len(deviants) > 1 else ''} "
+                           f"{', '.join(map(str, deviants))} called a different op than the majority"
+                           + (f" ({op} seq {seq})" if op else ""), [quote], seq=seq, op=op, confidence=0.7))
+    return out
 
 
 def _place(verdicts: list[Verdict], stuck: list[Stuck]) -> None:

@@ -122,6 +122,16 @@ int main(int argc, char** argv) {
   MPI_Isend(is, 8, MPI_DOUBLE, right, 9, MPI_COMM_WORLD, &reqs[1]);
   MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE);
   CHECK(ir[0] == left, "irecv got %f", ir[0]);
+  /* 2 small isends in flight at once (Open MPI may give both one shared, already complete
+   * request handle) + 2 irecvs, completed by one Waitall */
+  int t2[2] = {rank, rank}, r2[2] = {-1, -1};
+  MPI_Request q4[4];
+  MPI_Irecv(&r2[0], 1, MPI_INT, left, 10, MPI_COMM_WORLD, &q4[0]);
+  MPI_Irecv(&r2[1], 1, MPI_INT, left, 11, MPI_COMM_WORLD, &q4[1]);
+  MPI_Isend(&t2[0], 1, MPI_INT, right, 10, MPI_COMM_WORLD, &q4[2]);
+  MPI_Isend(&t2[1], 1, MPI_INT, right, 11, MPI_COMM_WORLD, &q4[3]);
+  MPI_Waitall(4, q4, MPI_STATUSES_IGNORE);
+  CHECK(r2[0] == left && r2[1] == left, "two irecvs got %d %d", r2[0], r2[1]);
   /* 1 x iallreduce (int64 x 4, sum) completed by Wait; 1 x ibcast (uint8 x 32) by Test */
   long il[4];
   for (int i = 0; i < 4; ++i) il[i] = 1;

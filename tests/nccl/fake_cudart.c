@@ -85,6 +85,32 @@ int cudaStreamSynchronize(void* s) {
   return 0;
 }
 
+/* Enough of the rest for tests/nccl/gpu_app.c to be dry-run against the stand-ins. */
+int cudaGetDeviceCount(int* n) { *n = 1; return 0; }
+int cudaMalloc(void** p, size_t n) { *p = malloc(n ? n : 1); return *p ? 0 : 2; }
+int cudaMemset(void* p, int v, size_t n) { (void)p; (void)v; (void)n; return 0; }
+int cudaFree(void* p) { free(p); return 0; }
+typedef struct { void (*fn)(void*); void* arg; } HostFn;
+static void* runHostFn(void* a) {
+  HostFn* h = a;
+  h->fn(h->arg);
+  g_stalled = 0;
+  free(h);
+  return 0;
+}
+/* The stream waits for the host function: events recorded meanwhile stay not-ready. */
+int cudaLaunchHostFunc(void* stream, void (*fn)(void*), void* arg) {
+  (void)stream;
+  HostFn* h = malloc(sizeof *h);
+  h->fn = fn;
+  h->arg = arg;
+  g_stalled = 1;
+  pthread_t t;
+  if (pthread_create(&t, 0, runHostFn, h) != 0) return 1;
+  pthread_detach(t);
+  return 0;
+}
+
 /* Test controls. */
 void fake_cuda_stall(int on) { g_stalled = on; }
 void fake_cuda_capture(void* stream) { g_capturing = stream; }

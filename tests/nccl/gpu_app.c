@@ -7,7 +7,8 @@
  * GPU RANK % (GPUs), runs the sequence below, prints OPS_DONE; then blocks its stream for
  * HOLD_S seconds (default 4) with a host function queued before one more allreduce (the
  * op stays in flight without the host waiting: the watchdog must see it through its CUDA
- * event), prints INFLIGHT, waits for the stream, prints DONE. */
+ * event), prints INFLIGHT, waits for the stream, prints DONE. Every rank holds, so every
+ * rank is alive, its last op in flight, when the check script reads the stats segments. */
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdio.h>
@@ -83,7 +84,7 @@ int main(int argc, char** argv) {
   fflush(stdout);
 
   unsigned secs = getenv("HOLD_S") ? (unsigned)atoi(getenv("HOLD_S")) : 4;
-  if (rank == 0) CUDA(cudaLaunchHostFunc(stream, hold, &secs));
+  CUDA(cudaLaunchHostFunc(stream, hold, &secs));
   NCCL(ncclAllReduce(a, b, 1 << 20, ncclFloat32, ncclSum, comm, stream));
   printf("INFLIGHT\n");
   fflush(stdout);

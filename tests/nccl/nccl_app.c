@@ -10,6 +10,8 @@
  * MODE error:   the sequence, then an allreduce NCCL rejects (bad datatype)
  * MODE capture: the sequence, then an allreduce on a stream in CUDA graph capture
  * MODE abort:   the sequence, then a stalled allreduce and ncclCommAbort
+ * MODE asyncerr: the sequence, then a stalled allreduce whose communicator then reports an
+ *               asynchronous error (as NCCL does when a peer dies); prints STALLED, waits
  * MODE split:   the sequence, then ncclCommSplit (one color) and an allreduce on the child
  * MODE initall: (NRANKS devices in this one process) ncclCommInitAll, then a grouped
  *               allreduce on every communicator; no sequence
@@ -48,6 +50,7 @@ void fake_cuda_stall(int on);
 void fake_cuda_capture(cudaStream_t s);
 void fake_nccl_stall_next(int sent, int acked, int received);
 void fake_nccl_release(void);
+void fake_nccl_set_async_error(ncclComm_t comm, int err);
 
 static void hold(void) {
   const char* h = getenv("NCCL_APP_HOLD");
@@ -114,17 +117,18 @@ int main(int argc, char** argv) {
   printf("OPS_DONE\n");
   fflush(stdout);
 
-  if (strcmp(mode, "stall") == 0 || strcmp(mode, "abort") == 0) {
+  if (strcmp(mode, "stall") == 0 || strcmp(mode, "abort") == 0 || strcmp(mode, "asyncerr") == 0) {
     int sent = argc > 4 ? atoi(argv[4]) : 4, acked = argc > 5 ? atoi(argv[5]) : 4,
         received = argc > 6 ? atoi(argv[6]) : 4;
     fake_cuda_stall(1);
     fake_nccl_stall_next(sent, acked, received);
     CHECK(ncclAllReduce(buf, buf, 4096, ncclFloat32, ncclSum, comm, stream));
+    if (strcmp(mode, "asyncerr") == 0) fake_nccl_set_async_error(comm, 6 /* ncclRemoteError */);
     printf("STALLED\n");
     fflush(stdout);
     char line[64];
     if (!fgets(line, sizeof line, stdin)) line[0] = 0;
-    if (strcmp(mode, "abort") == 0) {
+    if (strcmp(mode, "abort") == 0 || strcmp(mode, "asyncerr") == 0) {
       CHECK(ncclCommAbort(comm));
       hold();
       fake_cuda_stall(0);

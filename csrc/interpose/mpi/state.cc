@@ -130,28 +130,38 @@ CommEntry* findComm(uint64_t key) {
   return nullptr;
 }
 
+namespace {
+
+constexpr uint64_t kFilling = ~0ull;  // a slot's token while its owner writes the entry
+
+// Claim a free slot for `key` (one holding `key` with no op, or an empty one) and fill it.
+// The same handle value may be live in several ops at once: MPI libraries hand out one
+// static, already complete request for ops that finished inside the call (Open MPI does
+// for small MPI_Isend), so a key can have several slots, each holding one op.
+bool putRequest(uint64_t key, ExternalComm* comm, uint64_t token) {
+  size_t h = mixKey(key) & (kReqSlots - 1);
+  for (size_t i = 0; i < kMaxProbe; ++i) {
+    ReqSlot& s = gReqs[(h + i) & (kReqSlots - 1)];
+    uint64_t k = s.key.load(std::memory_order_acquire);
+    if (k == 0) {
+      uint64_t expected = 0;
+      k = s.key.compare_exchange_strong(expected, key, std::memory_order_acq_rel) ? key : expected;
+    }
+    if (k != key) continue;
+    uint64_t free = 0;
+    if (!s.token.compare_exchange_strong(free, kFilling, std::memory_order_acq_rel)) continue;
+    s.comm.store(comm, std::memory_order_relaxed);
+    s.token.store(token, std::memory_order_release);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void trackRequest(MPI_Request req, ExternalComm* comm, uint64_t token) {
   uint64_t key = handleKey(req);
-  if (key != 0 && key != handleKey(MPI_REQUEST_NULL)) {
-    size_t h = mixKey(key) & (kReqSlots - 1);
-    for (size_t i = 0; i < kMaxProbe; ++i) {
-      ReqSlot& s = gReqs[(h + i) & (kReqSlots - 1)];
-      uint64_t k = s.key.load(std::memory_order_acquire);
-      if (k == 0) {
-        uint64_t expected = 0;
-        if (s.key.compare_exchange_strong(expected, key, std::memory_order_acq_rel)) k = key;
-        else k = expected;
-      }
-      if (k != key) continue;
-      // A handle is live in one op at a time, so this slot is ours until taken.
-      ExternalComm* oldComm = s.comm.load(std::memory_order_relaxed);
-      s.comm.store(comm, std::memory_order_relaxed);
-      uint64_t old = s.token.exchange(token, std::memory_order_acq_rel);
-      if (old && getenv("HETOBS_MPI_DEBUG_REQ")) fprintf(stderr, "DEBUG overwrite key %llx old token %llu new %llu\n", (unsigned long long)key, (unsigned long long)old, (unsigned long long)token);
-      (void)oldComm;
-      return;
-    }
-  }
+  if (key != 0 && key != handleKey(MPI_REQUEST_NULL) && putRequest(key, comm, token)) return;
   comm->end(token, true);  // untrackable: recorded, completion time = issue time
 }
 
@@ -164,25 +174,25 @@ bool takeRequest(MPI_Request req, Pending* out) {
     uint64_t k = s.key.load(std::memory_order_acquire);
     if (k == 0) return false;
     if (k != key) continue;
-    uint64_t t = s.token.exchange(0, std::memory_order_acq_rel);
-    if (!t) return false;
-    out->key = key;
-    out->token = t;
-    out->comm = s.comm.load(std::memory_order_relaxed);
-    return true;
+    uint64_t t = s.token.load(std::memory_order_acquire);
+    // Several slots of one key (a shared, already complete request): any of its ops will
+    // do, they are all done. A slot being filled belongs to an op not yet returned to
+    // its caller, so it cannot be the one completing here.
+    while (t != 0 && t != kFilling) {
+      ExternalComm* c = s.comm.load(std::memory_order_relaxed);
+      if (s.token.compare_exchange_weak(t, 0, std::memory_order_acq_rel)) {
+        out->key = key;
+        out->token = t;
+        out->comm = c;
+        return true;
+      }
+    }
   }
   return false;
 }
 
 void untakeRequest(const Pending& p) {
-  size_t h = mixKey(p.key) & (kReqSlots - 1);
-  for (size_t i = 0; i < kMaxProbe; ++i) {
-    ReqSlot& s = gReqs[(h + i) & (kReqSlots - 1)];
-    if (s.key.load(std::memory_order_acquire) != p.key) continue;
-    s.comm.store(p.comm, std::memory_order_relaxed);
-    s.token.store(p.token, std::memory_order_release);
-    return;
-  }
+  if (!putRequest(p.key, p.comm, p.token)) p.comm->end(p.token, true);
 }
 
 TypeInfo typeInfo(MPI_Datatype t) {

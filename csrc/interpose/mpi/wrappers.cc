@@ -103,10 +103,7 @@ class Taken {
     for (int k = 0; k < used_; ++k) {
       const Slot& s = items_[k];
       if (reqs[s.index] == MPI_REQUEST_NULL) endOp(s.p.comm, s.p.token, rc == MPI_ERR_IN_STATUS ? MPI_SUCCESS : rc);
-      else {
-        if (getenv("HETOBS_MPI_DEBUG_REQ")) fprintf(stderr, "DEBUG untake key %llx token %llu rc %d\n", (unsigned long long)s.p.key, (unsigned long long)s.p.token, rc);
-        untakeRequest(s.p);
-      }
+      else untakeRequest(s.p);
     }
   }
   bool any() const { return used_ > 0; }

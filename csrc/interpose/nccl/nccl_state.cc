@@ -24,13 +24,16 @@ namespace {
 
 // ------------------------------------------------------------------ real symbols
 
+// A libnccl already in the process (for symbols RTLD_NEXT cannot see, e.g. a libnccl
+// loaded with RTLD_LOCAL by something else). Not cached while there is none.
 void* ncclLibrary() {
-  static void* lib = [] {
-    void* h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
-    if (!h) h = dlopen("libnccl.so", RTLD_NOW | RTLD_NOLOAD);
-    return h;
-  }();
-  return lib;
+  static std::atomic<void*> lib{nullptr};
+  void* h = lib.load(std::memory_order_acquire);
+  if (h) return h;
+  h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
+  if (!h) h = dlopen("libnccl.so", RTLD_NOW | RTLD_NOLOAD);
+  if (h) lib.store(h, std::memory_order_release);
+  return h;
 }
 
 // ------------------------------------------------------------------ world from the environment
@@ -97,13 +100,19 @@ bool jsonInt(const std::string& s, size_t from, const char* key, long long* out)
   return end != s.c_str() + at + k.size();
 }
 
-bool readCard(const std::string& path, int rank, Card* out) {
+// A rank's card from its rank file; only from a process that has not exited and that
+// started no earlier than `notBeforeNs` (wall clock): a file left by an earlier run of the
+// same job id (a requeued job) is not taken for the rank's current address.
+bool readCard(const std::string& path, int rank, int64_t notBeforeNs, Card* out) {
   std::ifstream f(path);
   if (!f) return false;
   std::stringstream ss;
   ss << f.rdbuf();
   std::string s = ss.str();
-  if (s.find("\"exited_cleanly\":false") == std::string::npos) return false;  // gone, or an earlier run's
+  long long started = 0;
+  if (s.find("\"exited_cleanly\":false") == std::string::npos || !jsonInt(s, 0, "start_time_ns", &started) ||
+      started < notBeforeNs)
+    return false;
   size_t sc = s.find("\"side_channel\":{");
   long long port = 0, pid = 0, r = -1;
   Card c;
@@ -123,7 +132,7 @@ bool readCard(const std::string& path, int rank, Card* out) {
 // Peers' cards come from their rank files in the (shared) job directory: no rendezvous
 // server, no port of anyone else's to borrow, and nothing depends on one rank. Until a
 // peer's file is there its card is a placeholder (asking it fails fast as unanswered).
-void discoverWorld(Process* p, Card me) {
+void discoverWorld(Process* p, Card me, int64_t myStartWallNs) {
   std::vector<Card> cards(size_t(p->size));
   for (int r = 0; r < p->size; ++r) cards[size_t(r)].rank = r;
   cards[size_t(me.rank)] = me;
@@ -133,13 +142,15 @@ void discoverWorld(Process* p, Card me) {
   const int64_t start = monoNs();
   const int64_t fastUntil = start + int64_t(p->env.connect_timeout * 1e9);
   const int64_t giveUp = fastUntil + int64_t(600e9);
+  // Ranks of one launch start within the connect timeout of each other (give them 5 more minutes).
+  const int64_t notBefore = myStartWallNs - int64_t((p->env.connect_timeout + 300) * 1e9);
   int64_t sleepMs = 100;
   while (missing > 0 && monoNs() < giveUp) {
     bool changed = false;
     for (int r = 0; r < p->size; ++r) {
       if (found[size_t(r)]) continue;
       Card c;
-      if (readCard(p->rt->jobDir().rankFile(r), r, &c)) {
+      if (readCard(p->rt->jobDir().rankFile(r), r, notBefore, &c)) {
         cards[size_t(r)] = c;
         found[size_t(r)] = 1;
         --missing;
@@ -181,7 +192,7 @@ void startSideChannel(Process* p) {
       rt->setWorld(cards);
     }
     if (p->size > 1 && !p->env.job_id_generated) {
-      std::thread(discoverWorld, p, me).detach();
+      std::thread(discoverWorld, p, me, wallNs()).detach();
     } else if (p->size > 1) {
       HETOBS_INFO("NCCL interposer: no job id set (HETOBS_JOB_ID, SLURM_JOB_ID, TORCHELASTIC_RUN_ID): this rank is "
                   "its own job %s and cannot reach the others' side channels",
@@ -444,6 +455,10 @@ std::shared_ptr<NcclComm> adoptComm(ncclComm_t h) {
 void noteUnbound(const std::shared_ptr<NcclComm>& comm) {
   Registry& r = registry();
   std::lock_guard<std::mutex> g(r.mu);
+  for (auto it = r.unbound.begin(); it != r.unbound.end();) {  // (without a plugin nobody else prunes)
+    auto c = it->lock();
+    it = (!c || c->profilerBound.load()) ? r.unbound.erase(it) : it + 1;
+  }
   r.unbound.push_back(comm);
 }
 

@@ -22,6 +22,7 @@ namespace {
 
 constexpr uint32_t kSlots = 4096;
 constexpr int64_t kPollNs = 1000000;          // 1 ms between passes while ops are pending
+constexpr int64_t kBusyPollNs = 100000;       // 100 us after a pass that ended ops (more may be due)
 constexpr int64_t kAsyncCheckNs = 100000000;  // ask NCCL for async errors every 100 ms
 
 // kClaimed: owned by the thread that issued the op (until afterOp / groupEnd publishes it).
@@ -39,10 +40,21 @@ struct Slot {
   bool grouped = false;
   ncclResult_t callResult = ncclSuccess;  // a grouped op's own call result
   uint32_t next = kNoSlot;                // next op of the same group (issuing thread's list)
+  std::atomic<uint32_t> nextFree{kNoSlot};
+  uint32_t index = 0;
 };
 
 struct Watcher {
+  Watcher() {
+    for (uint32_t i = 0; i < kSlots; ++i) {
+      slots[i].index = i;
+      slots[i].nextFree.store(i + 1 < kSlots ? i + 1 : kNoSlot, std::memory_order_relaxed);
+    }
+  }
   Slot slots[kSlots];
+  // Free slots as a lock-free stack (most recently freed first, so the slots in use, and
+  // their CUDA events, stay few): low 32 bits the top index, high 32 bits an ABA tag.
+  std::atomic<uint64_t> freeTop{0};
   std::atomic<uint32_t> highWater{0};
   std::atomic<uint32_t> active{0};
   std::mutex mu;
@@ -70,26 +82,32 @@ uint64_t recordIdOf(uint64_t token) { return (token & ~(1ull << 63)) - 1; }
 
 uint32_t claim() {
   Watcher& w = watcher();
-  for (uint32_t i = 0; i < kSlots; ++i) {
-    Slot& s = w.slots[i];
-    uint32_t expect = kFree;
-    if (s.state.load(std::memory_order_relaxed) == kFree &&
-        s.state.compare_exchange_strong(expect, kClaimed, std::memory_order_acq_rel)) {
-      uint32_t hw = w.highWater.load(std::memory_order_relaxed);
-      while (hw < i + 1 && !w.highWater.compare_exchange_weak(hw, i + 1, std::memory_order_relaxed)) {
-      }
-      w.active.fetch_add(1, std::memory_order_relaxed);
-      return i;
-    }
+  uint64_t top = w.freeTop.load(std::memory_order_acquire);
+  for (;;) {
+    uint32_t i = uint32_t(top);
+    if (i == kNoSlot) return kNoSlot;
+    uint64_t next = ((top >> 32) + 1) << 32 | w.slots[i].nextFree.load(std::memory_order_relaxed);
+    if (w.freeTop.compare_exchange_weak(top, next, std::memory_order_acq_rel)) break;
   }
-  return kNoSlot;
+  uint32_t i = uint32_t(top);
+  w.slots[i].state.store(kClaimed, std::memory_order_relaxed);
+  uint32_t hw = w.highWater.load(std::memory_order_relaxed);
+  while (hw < i + 1 && !w.highWater.compare_exchange_weak(hw, i + 1, std::memory_order_relaxed)) {
+  }
+  w.active.fetch_add(1, std::memory_order_relaxed);
+  return i;
 }
 
 void release(Slot& s) {
+  Watcher& w = watcher();
   s.comm.reset();
   s.token = 0;
   s.state.store(kFree, std::memory_order_release);
-  watcher().active.fetch_sub(1, std::memory_order_relaxed);
+  w.active.fetch_sub(1, std::memory_order_relaxed);
+  uint64_t top = w.freeTop.load(std::memory_order_relaxed);
+  do {
+    s.nextFree.store(uint32_t(top), std::memory_order_relaxed);
+  } while (!w.freeTop.compare_exchange_weak(top, ((top >> 32) + 1) << 32 | s.index, std::memory_order_acq_rel));
 }
 
 // End the op: the record gets the GPU's duration (start = completion seen - elapsed).
@@ -110,7 +128,7 @@ bool ensureEvents(const CudaRt& rt, Slot& s) {
   if (rt.eventCreateWithFlags(&a, cudaEventDefault) != cudaSuccess ||
       rt.eventCreateWithFlags(&b, cudaEventDefault) != cudaSuccess) {
     rt.getLastError();
-    return false;  // (an event of a failed pair is leaked: this does not repeat)
+    return false;  // (the first of a half-made pair is left behind: the device is in trouble anyway)
   }
   s.start = a;  // events made on another device earlier are left behind: rare, and small
   s.end = b;
@@ -150,7 +168,9 @@ void launched(const CudaRt& rt, Slot& s, ncclResult_t r) {
   wakePoller();
 }
 
-void requestErrorDump(NcclComm& c, ncclResult_t err) {
+// The comm's op failed asynchronously: dump this rank (and ask the others) now, in the
+// poller's thread, while the op is still in flight; its slots are ended after.
+void errorDump(NcclComm& c, ncclResult_t err) {
   if (c.errorDumped) return;
   c.errorDumped = true;
   Runtime* rt = Runtime::get();
@@ -167,7 +187,8 @@ void requestErrorDump(NcclComm& c, ncclResult_t err) {
                         (unsigned long long)(p2p ? r.p2p_seq : r.coll_seq), (unsigned long long)c.id(),
                         ncclErrorString(err));
   req.ask_peers = true;
-  rt->enqueue(req);
+  HETOBS_WARN("%s; dumping incident %s", req.cause.c_str(), req.incident.c_str());
+  rt->dump(req);
 }
 
 // Ask NCCL whether the comm hit an asynchronous error (a dead peer, a network failure).
@@ -177,10 +198,10 @@ void checkAsync(NcclComm& c) {
   std::unique_lock<std::mutex> l(c.ncclMu, std::try_to_lock);
   if (!l.owns_lock() || c.closed) return;
   ncclResult_t e = ncclSuccess;
-  if (getAsync(c.handle.load(), &e) == ncclSuccess && e != ncclSuccess && e != ncclInProgress) {
-    c.asyncError.store(int(e));
-    requestErrorDump(c, e);
-  }
+  if (getAsync(c.handle.load(), &e) != ncclSuccess || e == ncclSuccess || e == ncclInProgress) return;
+  l.unlock();  // (a dump takes a while: do not hold up ncclCommDestroy)
+  errorDump(c, e);
+  c.asyncError.store(int(e));
 }
 
 void pollEnqueueWait(const CudaRt& rt, Slot& s) {
@@ -265,6 +286,7 @@ void pollerLoop() {
     bool askAsync = now - lastAsync >= kAsyncCheckNs;
     if (askAsync) lastAsync = now;
     ++pass;
+    uint32_t before = w.active.load(std::memory_order_relaxed);
     uint32_t hw = w.highWater.load(std::memory_order_acquire);
     for (uint32_t i = 0; i < hw && !w.stop.load(std::memory_order_relaxed); ++i) {
       Slot& s = w.slots[i];
@@ -272,7 +294,8 @@ void pollerLoop() {
       if (st == kEnqueueWait) pollEnqueueWait(rt, s);
       else if (st == kWatching) pollWatching(rt, s, &curDev, pass, askAsync, false);
     }
-    std::this_thread::sleep_for(std::chrono::nanoseconds(kPollNs));
+    bool ended = w.active.load(std::memory_order_relaxed) < before;
+    std::this_thread::sleep_for(std::chrono::nanoseconds(ended ? kBusyPollNs : kPollNs));
   }
   w.stopped.store(true, std::memory_order_release);
 }
@@ -287,9 +310,13 @@ void ensurePoller() {
 
 }  // namespace
 
+// CUDA events that cannot be made, op after op (a runtime without a usable device): stop trying.
+static std::atomic<int> gEventFailures{0};
+static constexpr int kEventFailuresToGiveUp = 16;
+
 uint32_t beginOp(const std::shared_ptr<NcclComm>& comm, const ExternalOp& op, cudaStream_t stream) {
   const CudaRt* rt = cudaRt();
-  if (!rt || !comm) return kNoSlot;
+  if (!rt || !comm || gEventFailures.load(std::memory_order_relaxed) >= kEventFailuresToGiveUp) return kNoSlot;
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   if (rt->streamIsCapturing(stream, &cs) != cudaSuccess) {
     rt->getLastError();
@@ -311,10 +338,13 @@ uint32_t beginOp(const std::shared_ptr<NcclComm>& comm, const ExternalOp& op, cu
     s.device = 0;
   }
   if (!ensureEvents(*rt, s)) {
-    s.state.store(kFree, std::memory_order_release);
-    watcher().active.fetch_sub(1, std::memory_order_relaxed);
+    release(s);
+    if (gEventFailures.fetch_add(1, std::memory_order_relaxed) + 1 == kEventFailuresToGiveUp)
+      HETOBS_WARN("NCCL interposer: CUDA events cannot be created (libcudart %s); NCCL ops are not recorded",
+                  rt->path);
     return kNoSlot;
   }
+  gEventFailures.store(0, std::memory_order_relaxed);
   s.comm = comm;
   s.stream = stream;
   s.hasStart = false;
