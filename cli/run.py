@@ -42,14 +42,22 @@ def _launcher_flavor(cmd0: str) -> str:
     return "hydra" if "HYDRA" in out or "MPICH" in out.upper() else "openmpi"
 
 
-def build_command(cmd: list[str], env: dict[str, str], preload: str | None) -> tuple[list[str], dict[str, str]]:
-    """The command line and environment to exec (pure, for tests)."""
+def build_command(cmd: list[str], env: dict[str, str], preload: str | None,
+                  kind: str = "mpi") -> tuple[list[str], dict[str, str]]:
+    """The command line and environment to exec (pure, for tests).
+
+    For NCCL the same library is also NCCL's profiler plugin (NCCL_PROFILER_PLUGIN takes a
+    path), which records per-peer proxy progress for the diagnosis.
+    """
     env = dict(env)
     if not preload:
         return cmd, env
+    names = ["HETOBS_JOB_ID", "HETOBS_SECRET", "HETOBS_DIR"]
+    if kind == "nccl":
+        env["NCCL_PROFILER_PLUGIN"] = preload
+        names.append("NCCL_PROFILER_PLUGIN")
     base = os.path.basename(cmd[0])
     if base in _MPI_LAUNCHERS:
-        names = ["HETOBS_JOB_ID", "HETOBS_SECRET", "HETOBS_DIR"]
         if _launcher_flavor(cmd[0]) == "hydra":
             extra = ["-genv", "LD_PRELOAD", preload, "-genvlist", ",".join(names)]
         else:
@@ -92,7 +100,7 @@ def run(
         from hetobs.preload import library_path
 
         lib = library_path(kind)
-    argv, env = build_command(cmd, env, lib)
+    argv, env = build_command(cmd, env, lib, kind)
     out.message(f"hetobs: job {env['HETOBS_JOB_ID']}; dumps under {env['HETOBS_DIR']}/{env['HETOBS_JOB_ID']}; "
                 f"diagnose with: hetobs diagnose --job {env['HETOBS_JOB_ID']}")
     sys.stderr.flush()

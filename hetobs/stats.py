@@ -29,6 +29,7 @@ BANDWIDTH_BUCKETS = 20  # bucket b: busbw < 2**b MB/s (the last one: everything 
 _DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
 _STATES = ("enqueued", "started", "completed", "failed")
 _ALGOS = ("none", "ring", "direct", "chain", "p2p")
+_BACKENDS = ("native", "gloo", "nccl", "mpi")
 
 # (offset, struct format) of the header fields read here; tests check them against the C++ offsets.
 _HEADER = struct.Struct("<8sII" "IIIIII" "QQQQ" "iiii" "Q" "64s64s" "d" "qq" "QQQ" "III" "I" "q")
@@ -181,6 +182,8 @@ def _records(buf: mmap.mmap, h: dict[str, int], offset_ns: int, limit: int) -> I
             "dtype": _DTYPES[v[17]] if v[17] < len(_DTYPES) else "invalid",
             "state": _STATES[v[19]] if v[19] < len(_STATES) else "invalid",
             "algorithm": _ALGOS[v[20]] if v[20] < len(_ALGOS) else "invalid",
+            "backend": _BACKENDS[v[21]] if v[21] < len(_BACKENDS) else "invalid",
+            "device_type": "cuda" if v[22] == 1 else "cpu",
             "error": _cstr(v[23]) or None,
         }
 

@@ -30,12 +30,10 @@ CommEntry* gWorld = nullptr;
 namespace {
 
 std::mutex gMu;  // communicator creation/free, set-up, tear-down
-EnvSettings gSettings;
-int gWorldRank = 0;
 Listener* gListener = nullptr;  // leaked: answers the side channel until the process ends
 
-// Entries are never destroyed while the process runs (raw pointers sit in the table
-// and in nonblocking requests); freed ones are kept in this list and reused.
+// Entries are never destroyed while the process runs (raw pointers to them sit in the
+// communicator table); a freed communicator's entry only drops its ExternalComm.
 std::vector<CommEntry*>& allEntries() {
   static auto* v = new std::vector<CommEntry*>();
   return *v;
@@ -300,18 +298,19 @@ void setUp() {
   int ok = readEnvSettings(&s, &why) ? 1 : 0;
   if (ok) applyLogLevel(s);
   if (ok && !s.watchdog) ok = 2;  // HETOBS_WATCHDOG=0: nothing to record into; stay out of the way
-  int all = 0;
-  int mine = ok == 1 ? 1 : 0;
   int rank = 0, size = 1;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   PMPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) all = 0;
+  // Every rank must take the same path through the collectives below: agree on whether
+  // all can take part (min of ok) and whether any lacks a job id (max, as min of -x).
+  int mine[2] = {ok == 1 ? 1 : 0, s.job_id_generated ? -1 : 0}, all[2] = {0, 0};
+  if (PMPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) all[0] = 0;
   if (!ok) stderrLine(why + " (rank " + std::to_string(rank) + "): the MPI interposer is off in this job");
-  if (!all) return;
+  if (!all[0]) return;
   setLogPrefix("rank " + std::to_string(rank));
 
-  // 2. One job id for every rank.
-  if (s.job_id_generated) {
+  // 2. One job id for every rank: rank 0's, if any rank has none of the job variables.
+  if (all[1] < 0) {
     char buf[136] = {0};
     if (rank == 0) snprintf(buf, sizeof buf, "%s", s.job_id.c_str());
     PMPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
@@ -368,8 +367,6 @@ void setUp() {
     std::vector<int> globals(static_cast<size_t>(size));
     for (int r = 0; r < size; ++r) globals[size_t(r)] = r;
     gWorld = newEntry(0, std::move(globals), rank, "mpi:MPI_COMM_WORLD");
-    gWorldRank = rank;
-    gSettings = s;
     gActive.store(true, std::memory_order_release);
     HETOBS_INFO("MPI interposer active: job %s, %d ranks, dumps under %s", s.job_id.c_str(), size,
                 rt->jobDir().path().c_str());

@@ -4,30 +4,13 @@
 
 #include "hetobs/common/clock.h"
 #include "hetobs/observe/runtime.h"
+#include "hetobs/observe/state_json.h"
 
 namespace hetobs {
 namespace nccl {
-namespace {
-
-void timeOrNull(JsonWriter& w, const char* key, int64_t mono) {
-  if (mono) w.field(key, monoToWallNs(mono));
-  else w.nullField(key);
-}
-
-// Replace the first occurrence of `what` (an empty array the base class wrote under a
-// key) with `with`. Keys and string values are escaped by the writer, so the quoted
-// key can only match the key itself.
-void splice(std::string& s, const char* what, const std::string& with) {
-  size_t at = s.find(what);
-  if (at != std::string::npos) s.replace(at, strlen(what), with);
-}
-
-}  // namespace
-
 NcclComm::NcclComm(uint64_t id, std::vector<int> globalRanks, int rank, int device, std::string name)
-    : ExternalComm(id, globalRanks, rank, Backend::kNccl, DeviceType::kCuda, std::move(name)),
+    : ExternalComm(id, std::move(globalRanks), rank, Backend::kNccl, DeviceType::kCuda, std::move(name)),
       device_(device),
-      global_(std::move(globalRanks)),
       links_(new std::atomic<stats::LinkStats*>[global_.size()]) {
   for (size_t i = 0; i < global_.size(); ++i) links_[i].store(nullptr, std::memory_order_relaxed);
   createdNs = monoNs();
@@ -75,56 +58,18 @@ bool NcclComm::inFlight(InFlight* out) const {
 
 void NcclComm::writePeers(JsonWriter& w, int64_t nowMono) const {
   w.beginArray();
-  for (size_t i = 0; i < global_.size(); ++i) {
-    const stats::LinkStats* l = links_[i].load(std::memory_order_acquire);
-    if (!l) continue;
-    const PeerProgress& p = l->progress;
-    w.beginObject();
-    w.field("peer", int(i)).field("global_peer", global_[i]).field("transport", "net");
-    w.key("send").beginObject();
-    w.field("posted", p.send_posted.load()).field("sent", p.send_sent.load());
-    w.field("acked", p.send_acked.load()).field("done", p.send_done.load());
-    w.endObject();
-    w.key("recv").beginObject();
-    w.field("posted", p.recv_posted.load()).field("received", p.recv_received.load());
-    w.field("done", p.recv_done.load());
-    w.endObject();
-    int64_t t = p.last_change_ns.load();
-    timeOrNull(w, "last_change_ns", t);
-    if (t) w.field("seconds_since_change", double(nowMono - t) / 1e9);
-    else w.nullField("seconds_since_change");
-    w.endObject();
-  }
+  for (size_t i = 0; i < global_.size(); ++i)
+    if (const stats::LinkStats* l = links_[i].load(std::memory_order_acquire))
+      writePeerProgress(w, int(i), global_[i], "net", l->progress, nowMono);
   w.endArray();
 }
 
 void NcclComm::writeLinks(JsonWriter& w) const {
   w.beginArray();
-  for (size_t i = 0; i < global_.size(); ++i) {
-    const stats::LinkStats* l = links_[i].load(std::memory_order_acquire);
-    if (!l) continue;
-    const LinkCounters& k = l->counters;
-    w.beginObject();
-    w.field("peer", int(i)).field("global_peer", global_[i]).field("transport", "net");
-    w.field("bytes_sent", k.bytes_sent.load()).field("bytes_recv", k.bytes_recv.load());
-    w.field("busy_ns", k.busy_ns.load());
-    timeOrNull(w, "last_activity_ns", k.last_activity_ns.load());
-    w.endObject();
-  }
+  for (size_t i = 0; i < global_.size(); ++i)
+    if (const stats::LinkStats* l = links_[i].load(std::memory_order_acquire))
+      writeLinkCounters(w, int(i), global_[i], "net", l->counters, "", "");
   w.endArray();
-}
-
-void NcclComm::writeState(JsonWriter& w, int64_t nowMono) const {
-  // The base class writes the comm entry with empty "peers" and "links"; fill them in.
-  JsonWriter base;
-  ExternalComm::writeState(base, nowMono);
-  std::string s = base.take();
-  JsonWriter peers, links;
-  writePeers(peers, nowMono);
-  writeLinks(links);
-  splice(s, "\"peers\":[]", "\"peers\":" + peers.str());
-  splice(s, "\"links\":[]", "\"links\":" + links.str());
-  w.raw(s);
 }
 
 }  // namespace nccl

@@ -35,7 +35,6 @@ class NcclComm : public ExternalComm {
   int device() const { return device_; }
 
   bool inFlight(InFlight* out) const override;
-  void writeState(JsonWriter& w, int64_t nowMono) const override;
 
   // Set by the interposer; read by the profiler plugin when it binds to this comm.
   std::atomic<ncclComm_t> handle{nullptr};
@@ -52,13 +51,14 @@ class NcclComm : public ExternalComm {
   bool errorDumped = false;            // poller only: the async error's dump was requested
   int64_t createdNs = 0;
 
+ protected:
+  void writePeers(JsonWriter& w, int64_t nowMono) const override;
+  void writeLinks(JsonWriter& w) const override;
+
  private:
-  void writePeers(JsonWriter& w, int64_t nowMono) const;
-  void writeLinks(JsonWriter& w) const;
   int globalOf(int peer) const;
 
   int device_;
-  std::vector<int> global_;
   std::unique_ptr<std::atomic<stats::LinkStats*>[]> links_;
   mutable std::mutex linkMu_;  // allocation only
   std::vector<std::unique_ptr<stats::LinkStats>> ownLinks_;

@@ -5,6 +5,7 @@
 #include "hetobs/collectives/algorithm.h"
 #include "hetobs/comm/endpoint.h"
 #include "hetobs/observe/runtime.h"
+#include "hetobs/stats/op_stats.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
@@ -77,24 +78,9 @@ void Communicator::statsEnd(const OpDesc& d, uint64_t bytes, int64_t durNs, bool
   uint64_t v = __atomic_load_n(&c->version, __ATOMIC_RELAXED);
   __atomic_store_n(&c->version, v + 1, __ATOMIC_RELAXED);
   std::atomic_thread_fence(std::memory_order_release);
-  stats::OpKindStats& k = c->ops[uint8_t(d.op) % stats::kOpKinds];
-  k.calls++;
-  k.bytes += bytes;
-  k.total_ns += uint64_t(durNs > 0 ? durNs : 0);
-  if (!ok) {
-    k.errors++;
-    c->failed = 1;
-  }
-  // Bucket b: duration < 2^b microseconds; bandwidth bucket b: busbw < 2^b MB/s.
-  uint64_t us = uint64_t(durNs > 0 ? durNs : 0) / 1000;
-  uint32_t b = us ? std::min<uint32_t>(64 - uint32_t(__builtin_clzll(us)), stats::kLatencyBuckets - 1) : 0;
-  k.latency[b]++;
-  if (ok && bytes && durNs > 0) {
-    // bytes/ns == GB/s, so MB/s = bytes * 1000 / ns.
-    uint64_t mbps = uint64_t(double(bytes) * 1000.0 / double(durNs) * busBwFactor(uint8_t(d.op), size()));
-    uint32_t bb = mbps ? std::min<uint32_t>(64 - uint32_t(__builtin_clzll(mbps)), stats::kBandwidthBuckets - 1) : 0;
-    k.busbw[bb]++;
-  }
+  stats::noteOpEnd(c->ops[uint8_t(d.op) % stats::kOpKinds], bytes, durNs, ok, busBwFactor(uint8_t(d.op), size()),
+                   [](uint64_t& counter, uint64_t n) { counter += n; });  // we hold the seqlock
+  if (!ok) c->failed = 1;
   c->inflight_record = 0;
   __atomic_store_n(&c->version, v + 2, __ATOMIC_RELEASE);
   if (Runtime* rt = Runtime::get()) rt->noteProgress();

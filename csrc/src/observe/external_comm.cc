@@ -3,6 +3,8 @@
 #include "hetobs/common/clock.h"
 #include "hetobs/common/log.h"
 #include "hetobs/observe/runtime.h"
+#include "hetobs/observe/state_json.h"
+#include "hetobs/stats/op_stats.h"
 #include "hetobs/record/recorder.h"
 
 namespace hetobs {
@@ -14,8 +16,12 @@ void add(uint64_t* p, uint64_t v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); 
 
 ExternalComm::ExternalComm(uint64_t id, std::vector<int> globalRanks, int rank, Backend backend, DeviceType device,
                            std::string name)
-    : id_(id), global_(std::move(globalRanks)), rank_(rank), backend_(backend), device_(device),
+    : global_(std::move(globalRanks)), id_(id), rank_(rank), backend_(backend), device_(device),
       name_(std::move(name)) {}
+
+void ExternalComm::setGlobalRanks(std::vector<int> ranks) {
+  if (ranks.size() == global_.size()) global_ = std::move(ranks);
+}
 
 void ExternalComm::attach() {
   Runtime* rt = Runtime::get();
@@ -74,17 +80,17 @@ uint64_t ExternalComm::begin(const ExternalOp& o) {
   return (rid + 1) | (1ull << 63);  // recorded, but not watched
 }
 
-void ExternalComm::end(uint64_t token, bool ok, const char* error) {
+void ExternalComm::end(uint64_t token, bool ok, const char* error, int64_t startMono, int64_t endMono) {
   if (token == 0) return;
   uint64_t rid = (token & ~(1ull << 63)) - 1;
-  int64_t now = monoNs();
+  int64_t now = endMono ? endMono : monoNs();
+  if (startMono) Recorder::instance().markStarted(rid, startMono);
   Recorder::instance().markFinished(rid, now, ok, error);
   int64_t start = now;
   uint64_t bytes = 0;
   uint8_t op = 0;
   bool found = false;
   if (!(token >> 63)) {
-    Slot& s = slots_[rid % kMaxInFlight];
     for (size_t i = 0; i < kMaxInFlight && !found; ++i) {
       Slot& c = slots_[(rid + i) % kMaxInFlight];
       if (c.token.load(std::memory_order_acquire) == token) {
@@ -95,7 +101,6 @@ void ExternalComm::end(uint64_t token, bool ok, const char* error) {
         found = true;
       }
     }
-    (void)s;
   }
   if (!found) {
     OpRecord r{};
@@ -105,24 +110,11 @@ void ExternalComm::end(uint64_t token, bool ok, const char* error) {
       op = r.op;
     }
   }
+  if (startMono) start = startMono;
   if (cstats_) {
-    stats::OpKindStats& k = cstats_->ops[op % stats::kOpKinds];
-    int64_t dur = now - start;
-    add(&k.calls, 1);
-    add(&k.bytes, bytes);
-    add(&k.total_ns, uint64_t(dur > 0 ? dur : 0));
-    if (!ok) {
-      add(&k.errors, 1);
-      __atomic_store_n(&cstats_->failed, 1u, __ATOMIC_RELAXED);
-    }
-    uint64_t us = uint64_t(dur > 0 ? dur : 0) / 1000;
-    uint32_t b = us ? std::min<uint32_t>(64 - uint32_t(__builtin_clzll(us)), stats::kLatencyBuckets - 1) : 0;
-    add(&k.latency[b], 1);
-    if (ok && bytes && dur > 0) {
-      uint64_t mbps = uint64_t(double(bytes) * 1000.0 / double(dur) * busBwFactor(op, size()));
-      uint32_t bb = mbps ? std::min<uint32_t>(64 - uint32_t(__builtin_clzll(mbps)), stats::kBandwidthBuckets - 1) : 0;
-      add(&k.busbw[bb], 1);
-    }
+    stats::noteOpEnd(cstats_->ops[op % stats::kOpKinds], bytes, now - start, ok, busBwFactor(op, size()),
+                     [](uint64_t& counter, uint64_t n) { add(&counter, n); });
+    if (!ok) __atomic_store_n(&cstats_->failed, 1u, __ATOMIC_RELAXED);
     InFlight f;
     if (!inFlight(&f)) __atomic_store_n(&cstats_->inflight_record, uint64_t(0), __ATOMIC_RELEASE);
   }
@@ -156,49 +148,35 @@ void ExternalComm::writeMetadata(JsonWriter& w) const {
   w.beginObject();
   w.field("comm_id", id_).field("size", size()).field("rank", rank_).field("backend", backendName(backend_));
   w.field("name", name_);
-  w.key("global_ranks").beginArray();
-  for (int g : global_) w.value(g);
-  w.endArray();
-  w.key("ring").beginArray();
-  for (int g : global_) w.value(g);
-  w.endArray();
+  writeRankList(w, "global_ranks", global_);
+  writeRankList(w, "ring", global_);
   w.key("transports").beginObject().endObject();
   w.endObject();
 }
 
+void ExternalComm::writePeers(JsonWriter& w, int64_t) const { w.beginArray().endArray(); }
+void ExternalComm::writeLinks(JsonWriter& w) const { w.beginArray().endArray(); }
+
 void ExternalComm::writeState(JsonWriter& w, int64_t nowMono) const {
   w.beginObject();
   w.field("comm_id", id_).field("size", size()).field("rank", rank_).field("backend", backendName(backend_));
-  w.key("global_ranks").beginArray();
-  for (int g : global_) w.value(g);
-  w.endArray();
-  w.key("ring").beginArray();
-  for (int g : global_) w.value(g);
-  w.endArray();
+  writeRankList(w, "global_ranks", global_);
+  writeRankList(w, "ring", global_);
   w.field("last_coll_seq", collSeq_.load()).field("last_p2p_seq", p2pSeq_.load());
   w.field("failed", cstats_ && __atomic_load_n(&cstats_->failed, __ATOMIC_RELAXED) != 0).nullField("cause");
   InFlight f;
   OpRecord r{};
   if (inFlight(&f) && Recorder::instance().get(f.record_id, &r)) {
-    bool p2p = isP2P(OpKind(r.op));
     w.key("in_flight").beginObject();
-    w.field("record_id", r.record_id).field("collective_seq_id", r.coll_seq).field("p2p_seq_id", r.p2p_seq);
-    w.field("op", opName(OpKind(r.op))).field("dtype", dtypeName(DType(r.dtype)));
-    w.field("count", r.count).field("bytes", r.bytes);
-    if (!p2p && r.root_or_peer >= 0) w.field("root", r.root_or_peer);
-    else w.nullField("root");
-    if (p2p) w.field("peer", r.root_or_peer);
-    else w.nullField("peer");
-    w.field("algorithm", algorithmName(Algorithm(r.algorithm))).field("state", opStateName(OpState(r.state)));
-    w.field("time_created_ns", monoToWallNs(r.t_enqueue_ns));
-    w.field("time_discovered_started_ns", monoToWallNs(r.t_start_ns));
-    w.field("seconds_in_op", double(nowMono - f.start_ns) / 1e9);
-    w.key("peers").beginArray().endArray();  // the vendor library does not expose per-peer progress
+    writeInFlightFields(w, r, f.start_ns, nowMono);
+    w.key("peers");
+    writePeers(w, nowMono);
     w.endObject();
   } else {
     w.nullField("in_flight");
   }
-  w.key("links").beginArray().endArray();
+  w.key("links");
+  writeLinks(w);
   w.endObject();
 }
 

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 
 #include "hetobs/common/error.h"
@@ -52,7 +53,9 @@ bool JobDir::writeDump(const std::string& incident, int rank, const std::string&
 
 bool atomicWrite(const std::string& path, const std::string& data, bool exclusive) {
   if (exclusive && access(path.c_str(), F_OK) == 0) return false;
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  // Unique per writer: two threads of one process may write the same file at once.
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter.fetch_add(1));
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) throw Error("cannot create " + tmp + ": " + errnoString(errno));
   size_t off = 0;

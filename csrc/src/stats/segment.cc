@@ -63,7 +63,21 @@ std::unique_ptr<Segment> Segment::create(const SegmentConfig& cfg) {
   std::string name = pathFor(cfg.job, cfg.rank);
   uint8_t* base = nullptr;
   bool shared = false;
-  int fd = shm_open(name.c_str(), O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0600);
+  // Never truncate a segment a live process still owns (a second job with this job id and
+  // rank, or a second hetobs runtime in this process): keep ours private instead.
+  if (int old = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0); old >= 0) {
+    StatsHeader h{};
+    ssize_t got = pread(old, &h, sizeof h, 0);
+    close(old);
+    bool live = got == ssize_t(sizeof h) && memcmp(h.magic, kMagic, sizeof kMagic) == 0 && h.pid > 0 &&
+                processStartTicks(h.pid) == h.process_start_ticks && h.state.load() == 0;
+    if (live) {
+      HETOBS_WARN("stats segment /dev/shm%s belongs to live pid %d: this rank's live stats stay private",
+                  name.c_str(), h.pid);
+      name.clear();
+    }
+  }
+  int fd = name.empty() ? -1 : shm_open(name.c_str(), O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0600);
   if (fd >= 0 && ftruncate(fd, off_t(total)) == 0) {
     void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p != MAP_FAILED) {
@@ -74,9 +88,11 @@ std::unique_ptr<Segment> Segment::create(const SegmentConfig& cfg) {
   int err = errno;
   if (fd >= 0) close(fd);
   if (!shared) {
-    HETOBS_WARN("cannot create the stats segment /dev/shm%s (%s): live stats are private to this process",
-                name.c_str(), errnoString(err).c_str());
-    if (fd >= 0) shm_unlink(name.c_str());
+    if (!name.empty()) {
+      HETOBS_WARN("cannot create the stats segment /dev/shm%s (%s): live stats are private to this process",
+                  name.c_str(), errnoString(err).c_str());
+      if (fd >= 0) shm_unlink(name.c_str());
+    }
     base = static_cast<uint8_t*>(aligned_alloc(64, total));
     if (!base) throw Error("out of memory for the stats segment");
     memset(base, 0, total);

@@ -41,7 +41,10 @@ class ExternalComm : public Observed, public std::enable_shared_from_this<Extern
   // Record the start of an op; returns a token for end() (0 if the in-flight table is full:
   // the op is still recorded, only not watched).
   uint64_t begin(const ExternalOp& op);
-  void end(uint64_t token, bool ok, const char* error = nullptr);
+  // startMono/endMono: when the op really ran (e.g. from CUDA events); 0 = begin() / now.
+  void end(uint64_t token, bool ok, const char* error = nullptr, int64_t startMono = 0, int64_t endMono = 0);
+  // World ranks of the members, once known (sub-communicators of an interposed library).
+  void setGlobalRanks(std::vector<int> ranks);
 
   int rank() const { return rank_; }
   int size() const { return int(global_.size()); }
@@ -54,6 +57,13 @@ class ExternalComm : public Observed, public std::enable_shared_from_this<Extern
   void writeMetadata(JsonWriter& w) const override;
   bool abortRequested() const { return abort_.load(std::memory_order_acquire); }
 
+ protected:
+  // A library that exposes per-peer progress (NCCL's profiler) fills these in: the
+  // in-flight op's "peers" array and the comm's "links" array (empty by default).
+  virtual void writePeers(JsonWriter& w, int64_t nowMono) const;
+  virtual void writeLinks(JsonWriter& w) const;
+  std::vector<int> global_;
+
  private:
   struct Slot {
     std::atomic<uint64_t> token{0};  // record id + 1 while in flight
@@ -62,7 +72,6 @@ class ExternalComm : public Observed, public std::enable_shared_from_this<Extern
     std::atomic<uint8_t> op{0};
   };
   uint64_t id_;
-  std::vector<int> global_;
   int rank_;
   Backend backend_;
   DeviceType device_;
