@@ -51,47 +51,40 @@ void direct(Communicator& c, const OpArgs& a) {
   if (acc != a.recv) memcpy(a.recv, acc, bytes);
 }
 
-void ring(Communicator& c, const OpArgs& a) {
+// One ring step: send block `s` to the right, receive block `t` from the left, reducing
+// it into our copy (reduce-scatter) or copying it (all-gather).
+void ringStep(Communicator& c, const OpArgs& a, Block s, Block t, bool reduce) {
   const int n = c.size(), r = c.rank();
-  const int right = mod(r + 1, n), left = mod(r - 1, n);
   const size_t es = dtypeSize(a.dtype);
-  uint8_t* x = a.recv;
-  // Reduce-scatter: after step k = n-2 this rank holds the full reduction of block r.
-  for (int k = 0; k < n - 1; ++k) {
-    Block s = blockOf(a.send_count, n, mod(r - k - 1, n));
-    Block t = blockOf(a.send_count, n, mod(r - k - 2, n));
-    SendItem send{};
-    send.peer = right;
-    send.data = x + s.offset * es;
-    send.len = s.count * es;
-    RecvItem recv{};
-    recv.peer = left;
-    recv.dst = x + t.offset * es;
+  SendItem send{};
+  send.peer = mod(r + 1, n);
+  send.data = a.recv + s.offset * es;
+  send.len = s.count * es;
+  RecvItem recv{};
+  recv.peer = mod(r - 1, n);
+  recv.dst = a.recv + t.offset * es;
+  recv.len = t.count * es;
+  if (reduce) {
     recv.local = recv.dst;
-    recv.len = t.count * es;
     recv.mode = RecvMode::kReduce;
     recv.dtype = a.dtype;
     recv.redop = a.redop;
-    c.exchange(&send, 1, &recv, 1);
   }
+  c.exchange(&send, 1, &recv, 1);
+}
+
+void ring(Communicator& c, const OpArgs& a) {
+  const int n = c.size(), r = c.rank();
+  // Reduce-scatter: after step k = n-2 this rank holds the full reduction of block r.
+  for (int k = 0; k < n - 1; ++k)
+    ringStep(c, a, blockOf(a.send_count, n, mod(r - k - 1, n)), blockOf(a.send_count, n, mod(r - k - 2, n)), true);
   if (a.redop == RedOp::kAvg) {
     Block mine = blockOf(a.send_count, n, r);
-    divideBy(a.dtype, x + mine.offset * es, mine.count, double(n));
+    divideBy(a.dtype, a.recv + mine.offset * dtypeSize(a.dtype), mine.count, double(n));
   }
   // All-gather the reduced blocks.
-  for (int k = 0; k < n - 1; ++k) {
-    Block s = blockOf(a.send_count, n, mod(r - k, n));
-    Block t = blockOf(a.send_count, n, mod(r - k - 1, n));
-    SendItem send{};
-    send.peer = right;
-    send.data = x + s.offset * es;
-    send.len = s.count * es;
-    RecvItem recv{};
-    recv.peer = left;
-    recv.dst = x + t.offset * es;
-    recv.len = t.count * es;
-    c.exchange(&send, 1, &recv, 1);
-  }
+  for (int k = 0; k < n - 1; ++k)
+    ringStep(c, a, blockOf(a.send_count, n, mod(r - k, n)), blockOf(a.send_count, n, mod(r - k - 1, n)), false);
 }
 
 }  // namespace

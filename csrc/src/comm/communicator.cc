@@ -44,14 +44,7 @@ size_t Communicator::smallBytes() const { return endpoint_->config().small_bytes
 void Communicator::connect() {
   buildChannels();
   Runtime* rt = Runtime::get();
-  cstats_ = rt ? rt->stats().allocComm() : nullptr;
-  if (!cstats_) {
-    ownStats_ = std::make_unique<stats::CommStats>();
-    cstats_ = ownStats_.get();
-  }
-  cstats_->comm_id = id_;
-  cstats_->size = size();
-  cstats_->rank = rank_;
+  cstats_ = Runtime::commStats(&ownStats_, id_, size(), rank_);
   for (auto& ch : channels_)
     if (ch) ch->bindStats(rt ? rt->stats().allocLink() : nullptr, id_);
   if (rt) rt->registerComm(shared_from_this());

@@ -37,15 +37,31 @@ constexpr int64_t kControlNs = 20000000;  // poll every channel's control traffi
 constexpr int64_t kResolveNs = 1000000000;  // how long to collect peers' ops after a mismatch
 constexpr size_t kMaxPollFds = 1024;
 
-bool blockedBehind(SendItem* items, size_t i) {
+// Items to one peer in one direction complete in order: an item waits for earlier ones.
+template <class Item>
+bool blockedBehind(Item* items, size_t i) {
   for (size_t j = 0; j < i; ++j)
     if (items[j].peer == items[i].peer && !items[j].done) return true;
   return false;
 }
-bool blockedBehind(RecvItem* items, size_t i) {
-  for (size_t j = 0; j < i; ++j)
-    if (items[j].peer == items[i].peer && !items[j].done) return true;
-  return false;
+
+// Drive every unfinished item once. Returns whether anything moved; clears *all if any
+// item is unfinished.
+template <class Item, class Progress>
+bool driveItems(Item* items, size_t n, bool* all, Progress progress) {
+  bool moved = false;
+  for (size_t i = 0; i < n; ++i) {
+    Item& it = items[i];
+    if (it.done) continue;
+    if (blockedBehind(items, i)) {
+      *all = false;
+      continue;
+    }
+    size_t before = it.offset + it.frames;
+    if (!progress(it)) *all = false;
+    moved |= it.done || it.offset + it.frames != before;
+  }
+  return moved;
 }
 
 }  // namespace
@@ -66,29 +82,10 @@ void Communicator::exchange(SendItem* sends, size_t ns, RecvItem* recvs, size_t 
   shm::SegmentHeader* seg = segment_ ? segment_->header() : nullptr;
   for (;;) {
     uint32_t bellSeen = seg ? seg->bell.seq.load(std::memory_order_acquire) : 0;
-    bool all = true, moved = false;
-    for (size_t i = 0; i < ns; ++i) {
-      SendItem& s = sends[i];
-      if (s.done) continue;
-      if (blockedBehind(sends, i)) {
-        all = false;
-        continue;
-      }
-      size_t before = s.offset + s.frames;
-      if (!channels_[size_t(s.peer)]->progressSend(s, desc_)) all = false;
-      moved |= s.done || s.offset + s.frames != before;
-    }
-    for (size_t i = 0; i < nr; ++i) {
-      RecvItem& r = recvs[i];
-      if (r.done) continue;
-      if (blockedBehind(recvs, i)) {
-        all = false;
-        continue;
-      }
-      size_t before = r.offset + r.frames;
-      if (!channels_[size_t(r.peer)]->progressRecv(r, expectFrom(r.peer))) all = false;
-      moved |= r.done || r.offset + r.frames != before;
-    }
+    bool all = true;
+    bool moved = driveItems(sends, ns, &all, [&](SendItem& s) { return channels_[size_t(s.peer)]->progressSend(s, desc_); });
+    moved |= driveItems(recvs, nr, &all,
+                        [&](RecvItem& r) { return channels_[size_t(r.peer)]->progressRecv(r, expectFrom(r.peer)); });
     if (all) break;
     int64_t now = monoNs();
     if (moved) {

@@ -24,16 +24,8 @@ void ExternalComm::setGlobalRanks(std::vector<int> ranks) {
 }
 
 void ExternalComm::attach() {
-  Runtime* rt = Runtime::get();
-  cstats_ = rt ? rt->stats().allocComm() : nullptr;
-  if (!cstats_) {
-    ownStats_ = std::make_unique<stats::CommStats>();
-    cstats_ = ownStats_.get();
-  }
-  cstats_->comm_id = id_;
-  cstats_->size = size();
-  cstats_->rank = rank_;
-  if (rt) rt->registerComm(shared_from_this());
+  cstats_ = Runtime::commStats(&ownStats_, id_, size(), rank_);
+  if (Runtime* rt = Runtime::get()) rt->registerComm(shared_from_this());
 }
 
 uint64_t ExternalComm::begin(const ExternalOp& o) {

@@ -125,6 +125,19 @@ void Runtime::setStackDumper(int signal, int fd) {
   stackFd_ = fd;
 }
 
+stats::CommStats* Runtime::commStats(std::unique_ptr<stats::CommStats>* fallback, uint64_t id, int size, int rank) {
+  Runtime* rt = get();
+  stats::CommStats* c = rt ? rt->stats().allocComm() : nullptr;
+  if (!c) {
+    *fallback = std::make_unique<stats::CommStats>();
+    c = fallback->get();
+  }
+  c->comm_id = id;
+  c->size = size;
+  c->rank = rank;
+  return c;
+}
+
 void Runtime::noteProgress() { stats_->header()->last_progress_ns.store(wallNs(), std::memory_order_relaxed); }
 
 void Runtime::writeMetadata() {

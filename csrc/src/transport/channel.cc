@@ -6,6 +6,8 @@
 
 #include <cstdio>
 
+#include "hetobs/common/clock.h"
+
 namespace hetobs {
 
 Channel::Channel(PeerInfo peer)
@@ -31,6 +33,59 @@ std::string sockName(int fd, bool peer) {
   return std::string(buf) + ":" + std::to_string(ntohs(sa.sin_port));
 }
 }  // namespace
+
+void Channel::noteSendStart(SendItem& item) {
+  if (item.started) return;
+  item.started = true;
+  if (progress().send_posted.load(std::memory_order_relaxed) == 0) sentBase_ = framesSent_;
+  PeerProgress::bump(progress().send_posted);
+}
+
+void Channel::noteRecvStart(RecvItem& item) {
+  if (item.started) return;
+  item.started = true;
+  PeerProgress::bump(progress().recv_posted);
+}
+
+void Channel::noteFrameSent(SendItem& item, size_t payload) {
+  item.offset += payload;
+  item.frames++;
+  framesSent_++;
+  LinkCounters::add(counters().frames_sent, 1);
+  PeerProgress::bump(progress().send_sent);
+}
+
+void Channel::noteFrameReceived(RecvItem& item, size_t payload) {
+  item.offset += payload;
+  item.frames++;
+  framesRecv_++;
+  LinkCounters::add(counters().frames_recv, 1);
+  PeerProgress::bump(progress().recv_received);
+  noteActivity();
+}
+
+void Channel::noteAcked(uint64_t framesConfirmed) {
+  progress().send_acked.store(framesConfirmed > sentBase_ ? framesConfirmed - sentBase_ : 0,
+                              std::memory_order_relaxed);
+}
+
+bool Channel::noteSendDone(SendItem& item) {
+  item.done = true;
+  PeerProgress::bump(progress().send_done);
+  noteActivity();
+  return true;
+}
+
+void Channel::noteRecvDone(RecvItem& item) {
+  item.done = true;
+  PeerProgress::bump(progress().recv_done);
+}
+
+void Channel::noteActivity() {
+  int64_t now = monoNs();
+  progress().last_change_ns.store(now, std::memory_order_relaxed);
+  counters().last_activity_ns.store(now, std::memory_order_relaxed);
+}
 
 std::string Channel::localAddress() const { return sockName(pollFd(), false); }
 std::string Channel::remoteAddress() const { return sockName(pollFd(), true); }

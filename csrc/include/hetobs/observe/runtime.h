@@ -81,6 +81,9 @@ class Runtime {
   std::string handleControl(const std::string& request);
 
   void writeMetadata();
+  // A communicator's stats slot in this rank's segment; private memory (kept in `fallback`)
+  // when there is no runtime or the segment is full.
+  static stats::CommStats* commStats(std::unique_ptr<stats::CommStats>* fallback, uint64_t id, int size, int rank);
   // At exit: mark clean (or not), rewrite metadata, remove the stats segment.
   void markExit(bool clean);
   void noteProgress();  // last_progress_ns = now

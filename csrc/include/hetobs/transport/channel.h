@@ -113,6 +113,22 @@ class Channel {
 
  protected:
   explicit Channel(PeerInfo peer);
+
+  // Bookkeeping every transport does the same way (progress counters, link counters,
+  // activity times, frame numbering). Frames are numbered per direction over the link's
+  // life; acks count frames, so the op's "acked" counts from the op's first send.
+  void noteSendStart(SendItem& item);
+  void noteRecvStart(RecvItem& item);
+  void noteFrameSent(SendItem& item, size_t payload);
+  void noteFrameReceived(RecvItem& item, size_t payload);  // payload bytes were counted as they arrived
+  void noteAcked(uint64_t framesConfirmed);  // cumulative over the link's life
+  bool noteSendDone(SendItem& item);         // marks the item done; returns true
+  void noteRecvDone(RecvItem& item);
+  void noteActivity();
+  uint64_t framesSent_ = 0;  // numbering of our frames on this link
+  uint64_t framesRecv_ = 0;  // frames received on this link
+  uint64_t sentBase_ = 0;    // framesSent_ when the current op started sending
+
   PeerInfo peer_;
   std::unique_ptr<stats::LinkStats> ownStats_;
   stats::LinkStats* stats_;

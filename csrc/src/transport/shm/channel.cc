@@ -59,12 +59,7 @@ void ShmChannel::copyOut(uint64_t pos, void* dst, size_t len) const {
 
 bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
   if (item.done) return true;
-  if (!item.started) {
-    item.started = true;
-    // Acks count frames over the link's life; the op's progress counts from here.
-    if (progress().send_posted.load(std::memory_order_relaxed) == 0) sentBase_ = framesSent_;
-    PeerProgress::bump(progress().send_posted);
-  }
+  noteSendStart(item);
   bool moved = false;
   while (!(item.offset == item.len && item.frames > 0)) {
     uint64_t freeBytes = cap_ - (head_ - out_->tail.load(std::memory_order_acquire));
@@ -87,37 +82,20 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
     head_ += kAlign + roundUp(piece);
     out_->head.store(head_, std::memory_order_release);
     theirs_->header()->bell.ring();
-    item.offset += piece;
-    item.frames++;
-    framesSent_++;
-    moved = true;
     LinkCounters::add(counters().bytes_sent, piece);
-    LinkCounters::add(counters().frames_sent, 1);
-    PeerProgress::bump(progress().send_sent);
+    noteFrameSent(item, size_t(piece));
+    moved = true;
   }
-  uint64_t consumed = out_->consumed_frames.load(std::memory_order_relaxed);
-  progress().send_acked.store(consumed > sentBase_ ? consumed - sentBase_ : 0, std::memory_order_relaxed);
-  if (moved) {
-    int64_t now = monoNs();
-    progress().last_change_ns.store(now, std::memory_order_relaxed);
-    counters().last_activity_ns.store(now, std::memory_order_relaxed);
-  }
-  if (item.offset == item.len && item.frames > 0) {
-    item.done = true;
-    PeerProgress::bump(progress().send_done);
-    return true;
-  }
+  noteAcked(out_->consumed_frames.load(std::memory_order_relaxed));
+  if (item.offset == item.len && item.frames > 0) return noteSendDone(item);
+  if (moved) noteActivity();
   if (closed_) throwClosed("while this rank was sending");
   return false;
 }
 
 bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
   if (item.done) return true;
-  if (!item.started) {
-    item.started = true;
-    PeerProgress::bump(progress().recv_posted);
-  }
-  bool moved = false;
+  noteRecvStart(item);
   while (!item.done) {
     uint64_t head = in_->head.load(std::memory_order_acquire);
     if (head == tail_) break;
@@ -148,23 +126,11 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
     }
     tail_ += kAlign + roundUp(h.bytes);
     in_->tail.store(tail_, std::memory_order_release);
-    in_->consumed_frames.store(++framesRecv_, std::memory_order_release);
-    theirs_->header()->bell.ring();  // the sender may wait for space
-    item.offset += len;
-    item.frames++;
-    moved = true;
     LinkCounters::add(counters().bytes_recv, len);
-    LinkCounters::add(counters().frames_recv, 1);
-    PeerProgress::bump(progress().recv_received);
-    if (item.offset == item.len) {
-      item.done = true;
-      PeerProgress::bump(progress().recv_done);
-    }
-  }
-  if (moved) {
-    int64_t now = monoNs();
-    progress().last_change_ns.store(now, std::memory_order_relaxed);
-    counters().last_activity_ns.store(now, std::memory_order_relaxed);
+    noteFrameReceived(item, len);
+    in_->consumed_frames.store(framesRecv_, std::memory_order_release);
+    theirs_->header()->bell.ring();  // the sender may wait for space
+    if (item.offset == item.len) noteRecvDone(item);
   }
   if (item.done) return true;
   if (closed_ && in_->head.load(std::memory_order_acquire) == tail_) throwClosed("while this rank was receiving from it");

@@ -77,14 +77,8 @@ bool TcpChannel::flushAck() {
 
 bool TcpChannel::progressSend(SendItem& item, const OpDesc& desc) {
   if (item.done) return true;
-  if (!item.started) {
-    item.started = true;
-    // Acks count frames over the link's life; the op's progress counts from here.
-    if (progress().send_posted.load(std::memory_order_relaxed) == 0) sentBase_ = framesSent_;
-    PeerProgress::bump(progress().send_posted);
-  }
+  noteSendStart(item);
   if (closed_) throwClosed("while this rank was sending");
-  bool moved = false;
   for (;;) {
     if (!inFrame_) {
       if (ackOff_ != 0 || ackOwed_) {
@@ -122,23 +116,12 @@ bool TcpChannel::progressSend(SendItem& item, const OpDesc& desc) {
     frameOff_ += size_t(n);
     size_t after = frameOff_ > sizeof shdr_ ? frameOff_ - sizeof shdr_ : 0;
     LinkCounters::add(counters().bytes_sent, after - before);
-    moved = true;
     if (frameOff_ == sizeof shdr_ + shdr_.bytes) {
       inFrame_ = false;
-      item.offset += shdr_.bytes;
-      item.frames++;
-      framesSent_++;
-      LinkCounters::add(counters().frames_sent, 1);
-      PeerProgress::bump(progress().send_sent);
+      noteFrameSent(item, size_t(shdr_.bytes));
     }
   }
-  (void)moved;
-  item.done = true;
-  PeerProgress::bump(progress().send_done);
-  int64_t now = monoNs();
-  progress().last_change_ns.store(now, std::memory_order_relaxed);
-  counters().last_activity_ns.store(now, std::memory_order_relaxed);
-  return true;
+  return noteSendDone(item);
 }
 
 bool TcpChannel::readHeader() {
@@ -165,7 +148,7 @@ bool TcpChannel::readHeader() {
                                 rhdr_.magic));
     switch (FrameKind(rhdr_.kind)) {
       case FrameKind::kAck:
-        progress().send_acked.store(rhdr_.chunk > sentBase_ ? rhdr_.chunk - sentBase_ : 0, std::memory_order_relaxed);
+        noteAcked(rhdr_.chunk);
         continue;
       case FrameKind::kAbort: {
         size_t len = std::min<size_t>(rhdr_.bytes, kMaxAbortBody);
@@ -216,10 +199,7 @@ bool TcpChannel::skipPayload() {
 
 bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
   if (item.done) return true;
-  if (!item.started) {
-    item.started = true;
-    PeerProgress::bump(progress().recv_posted);
-  }
+  noteRecvStart(item);
   for (;;) {
     if (!haveHdr_) {
       if (!readHeader()) {
@@ -252,18 +232,10 @@ bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
       reduceInto(item.dtype, item.redop, item.dst + item.offset, item.local + item.offset, staging_.data(),
                  rhdr_.bytes / es);
     }
-    item.offset += rhdr_.bytes;
-    item.frames++;
     haveHdr_ = false;
-    framesRecv_++;
-    LinkCounters::add(counters().frames_recv, 1);
-    PeerProgress::bump(progress().recv_received);
-    int64_t now = monoNs();
-    progress().last_change_ns.store(now, std::memory_order_relaxed);
-    counters().last_activity_ns.store(now, std::memory_order_relaxed);
+    noteFrameReceived(item, size_t(rhdr_.bytes));
     if (item.offset == item.len) {
-      item.done = true;
-      PeerProgress::bump(progress().recv_done);
+      noteRecvDone(item);
       ackOwed_ = true;
       flushAck();
       return true;

@@ -46,9 +46,6 @@ class ShmChannel : public Channel {
   uint64_t maxPiece_;
   uint64_t head_ = 0;  // our producer position in out_
   uint64_t tail_ = 0;  // our consumer position in in_
-  uint64_t framesSent_ = 0;
-  uint64_t sentBase_ = 0;  // framesSent_ when the current op started sending
-  uint64_t framesRecv_ = 0;
 };
 
 }  // namespace shm

@@ -44,8 +44,6 @@ class TcpChannel : public Channel {
   FrameHeader shdr_{};
   bool inFrame_ = false;
   size_t frameOff_ = 0;  // bytes of header+payload written
-  uint64_t framesSent_ = 0;
-  uint64_t sentBase_ = 0;  // framesSent_ when the current op started sending
   // acks owed to the peer (cumulative frames received)
   bool ackOwed_ = false;
   FrameHeader ahdr_{};
@@ -55,7 +53,6 @@ class TcpChannel : public Channel {
   size_t rhdrOff_ = 0;
   bool haveHdr_ = false;
   size_t rpayOff_ = 0;
-  uint64_t framesRecv_ = 0;
   std::vector<uint8_t> staging_;
 };
 
