@@ -63,11 +63,20 @@ _add_optional("bench")
 _add_optional("diagnose")
 _add_optional("dump")
 _add_optional("demo")
-_add_optional("run")
 _add_optional("preload_path", "preload-path")
 _add_optional("exporter")
 _add_optional("top")
 _add_optional("trace")
+
+
+def _add_run() -> None:
+    """`hetobs run -- CMD ...` is a plain command so CMD's words reach it as extra arguments."""
+    from . import run
+
+    app.command("run", context_settings=run.CONTEXT)(run.run)
+
+
+_add_run()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -25,10 +25,11 @@ from hetobs.config import from_env
 from ._exit_codes import ExitCode
 from ._output import Output
 
-__all__ = ["app", "build_command"]
+__all__ = ["run", "build_command", "CONTEXT"]
 
-app = typer.Typer(add_completion=False, subcommand_metavar="",
-                  context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+# Registered in main.py as a plain command (not a sub-app): a sub-app's callback is a
+# Click group, which would read the job's command line as a subcommand name.
+CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 _MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
 
@@ -67,7 +68,6 @@ def build_command(cmd: list[str], env: dict[str, str], preload: str | None,
     return cmd, env
 
 
-@app.callback(invoke_without_command=True)
 def run(
     ctx: typer.Context,
     job: Annotated[Optional[str], typer.Option("--job", help="Job id (default: HETOBS_JOB_ID, else generated).")] = None,
