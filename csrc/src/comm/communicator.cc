@@ -65,7 +65,8 @@ void Communicator::statsBegin(uint64_t rid, const OpDesc& d, int64_t startMono) 
   __atomic_store_n(&c->version, v + 2, __ATOMIC_RELEASE);
 }
 
-void Communicator::statsEnd(const OpDesc& d, uint64_t bytes, int64_t durNs, bool ok) {
+void Communicator::statsEnd(const OpDesc& d, uint64_t bytes, int64_t startMono, int64_t endMono, bool ok) {
+  int64_t durNs = endMono - startMono;
   inflightRecord_.store(0, std::memory_order_release);
   stats::CommStats* c = cstats_;
   uint64_t v = __atomic_load_n(&c->version, __ATOMIC_RELAXED);
@@ -76,7 +77,7 @@ void Communicator::statsEnd(const OpDesc& d, uint64_t bytes, int64_t durNs, bool
   if (!ok) c->failed = 1;
   c->inflight_record = 0;
   __atomic_store_n(&c->version, v + 2, __ATOMIC_RELEASE);
-  if (Runtime* rt = Runtime::get()) rt->noteProgress();
+  if (Runtime* rt = Runtime::get()) rt->noteProgressAt(endMono);
 }
 
 bool Communicator::inFlight(InFlight* out) const {
@@ -239,12 +240,12 @@ void Communicator::execute(const OpArgs& a, int64_t enqueueNs) {
     }
     int64_t end = monoNs();
     recorder.markFinished(rid, end, false, what.c_str());
-    statsEnd(d, rec.bytes, end - start, false);
+    statsEnd(d, rec.bytes, start, end, false);
     handleFailure(ep);
   }
   int64_t end = monoNs();
   recorder.markFinished(rid, end, true, nullptr);
-  statsEnd(d, rec.bytes, end - start, true);
+  statsEnd(d, rec.bytes, start, end, true);
 }
 
 std::shared_ptr<Communicator> Communicator::split(int color, int key) {

@@ -66,6 +66,7 @@ uint64_t ExternalComm::begin(const ExternalOp& o) {
       s.start_ns.store(now, std::memory_order_relaxed);
       s.bytes.store(o.bytes, std::memory_order_relaxed);
       s.op.store(uint8_t(o.op), std::memory_order_relaxed);
+      watched_.fetch_add(1, std::memory_order_relaxed);
       return rid + 1;
     }
   }
@@ -90,6 +91,7 @@ void ExternalComm::end(uint64_t token, bool ok, const char* error, int64_t start
         bytes = c.bytes.load(std::memory_order_relaxed);
         op = c.op.load(std::memory_order_relaxed);
         c.token.store(0, std::memory_order_release);
+        watched_.fetch_sub(1, std::memory_order_relaxed);
         found = true;
       }
     }
@@ -107,10 +109,10 @@ void ExternalComm::end(uint64_t token, bool ok, const char* error, int64_t start
     stats::noteOpEnd(cstats_->ops[op % stats::kOpKinds], bytes, now - start, ok, busBwFactor(op, size()),
                      [](uint64_t& counter, uint64_t n) { add(&counter, n); });
     if (!ok) __atomic_store_n(&cstats_->failed, 1u, __ATOMIC_RELAXED);
-    InFlight f;
-    if (!inFlight(&f)) __atomic_store_n(&cstats_->inflight_record, uint64_t(0), __ATOMIC_RELEASE);
+    if (watched_.load(std::memory_order_relaxed) == 0)
+      __atomic_store_n(&cstats_->inflight_record, uint64_t(0), __ATOMIC_RELEASE);
   }
-  if (Runtime* rt = Runtime::get()) rt->noteProgress();
+  if (Runtime* rt = Runtime::get()) rt->noteProgressAt(now);
 }
 
 bool ExternalComm::inFlight(InFlight* out) const {

@@ -138,6 +138,10 @@ stats::CommStats* Runtime::commStats(std::unique_ptr<stats::CommStats>* fallback
   return c;
 }
 
+void Runtime::noteProgressAt(int64_t mono) {
+  stats_->header()->last_progress_ns.store(monoToWallNs(mono), std::memory_order_relaxed);
+}
+
 void Runtime::noteProgress() { stats_->header()->last_progress_ns.store(wallNs(), std::memory_order_relaxed); }
 
 void Runtime::writeMetadata() {

@@ -142,7 +142,7 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   stats::CommStats* cstats_ = nullptr;
   std::unique_ptr<stats::CommStats> ownStats_;
   void statsBegin(uint64_t rid, const OpDesc& d, int64_t startMono);
-  void statsEnd(const OpDesc& d, uint64_t bytes, int64_t durNs, bool ok);
+  void statsEnd(const OpDesc& d, uint64_t bytes, int64_t startMono, int64_t endMono, bool ok);
   void reportFailure(const std::string& msg, uint64_t seq);  // error dump + ask peers, before the throw
 
   std::atomic<bool> abortRequested_{false};

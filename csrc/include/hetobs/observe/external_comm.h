@@ -78,6 +78,7 @@ class ExternalComm : public Observed, public std::enable_shared_from_this<Extern
   std::string name_;
   std::atomic<uint64_t> collSeq_{0}, p2pSeq_{0};
   std::atomic<bool> abort_{false};
+  std::atomic<uint32_t> watched_{0};  // slots in use: end() need not scan the table to know
   stats::CommStats* cstats_ = nullptr;
   std::unique_ptr<stats::CommStats> ownStats_;
   Slot slots_[kMaxInFlight];

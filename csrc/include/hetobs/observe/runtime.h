@@ -87,6 +87,7 @@ class Runtime {
   // At exit: mark clean (or not), rewrite metadata, remove the stats segment.
   void markExit(bool clean);
   void noteProgress();  // last_progress_ns = now
+  void noteProgressAt(int64_t monoNs);  // the same, with a clock read the caller already made
 
  private:
   explicit Runtime(const RuntimeConfig& cfg);
