@@ -24,18 +24,22 @@ import torch
 import torch.distributed as dist
 
 from .. import _connect_through_store, _core, _endpoint
+from ..buffers import DTYPES
 from ..comm import Communicator
-from ._common import OPS, REDUCTIONS, comm_id_for, done, dtype_code, numel
+from ._common import OPS, REDUCTIONS, comm_id_for, numel
 
 __all__ = ["InstrumentedBackend", "create_gloo", "create_nccl", "wrap"]
 
 _BACKEND_CODES = {"gloo": 1, "nccl": 2, "mpi": 3}
+_DTYPE_CODES = {getattr(torch, name): code for name, code in DTYPES.items()}
 _REDUCE_NAMES = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.PRODUCT: "prod", dist.ReduceOp.MIN: "min",
                  dist.ReduceOp.MAX: "max", dist.ReduceOp.AVG: "avg"}
 
 
 def _redop(opts: Any) -> int:
     op = getattr(opts, "reduceOp", None)
+    if op == dist.ReduceOp.SUM:  # the common case first: each comparison costs a C++ call
+        return 0
     for k, v in _REDUCE_NAMES.items():
         if op == k:
             return REDUCTIONS[v]
@@ -93,11 +97,17 @@ class InstrumentedBackend(dist.ProcessGroup):
 
     def _run(self, op: str, tensors: list[torch.Tensor], call: Callable[[], Any], *, redop: int = 0,
              root: int = -1, out_count: int | None = None) -> Any:
-        count = numel(tensors)
-        first = tensors[0] if tensors else None
-        nbytes = sum(int(t.numel()) * t.element_size() for t in tensors)
-        token = self.ext.begin(OPS[op], dtype_code(first) if first is not None else 6, redop, root, count,
-                               count if out_count is None else out_count, nbytes)
+        # Per-call cost matters (a few us against Gloo's tens): one tensor is the common case.
+        if len(tensors) == 1:
+            first = tensors[0]
+            count = first.numel()
+            nbytes = count * first.element_size()
+        else:
+            first = tensors[0] if tensors else None
+            count = numel(tensors)
+            nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        token = self.ext.begin(OPS[op], _DTYPE_CODES.get(first.dtype, 6) if first is not None else 6, redop, root,
+                               count, count if out_count is None else out_count, nbytes)
         try:
             work = call()
         except BaseException as e:
@@ -115,7 +125,7 @@ class InstrumentedBackend(dist.ProcessGroup):
             self.ext.end(token, False, f"{type(e).__name__}: {e}"[:90])
             raise
         self.ext.end(token, True, "")
-        return done(tensors)
+        return work  # complete: torch's wait() on it returns at once (its future is not chained)
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:
         return self._run("all_reduce", tensors, lambda: self.inner.allreduce(tensors, opts), redop=_redop(opts))
