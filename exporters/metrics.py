@@ -49,7 +49,7 @@ def busbw_factor(op: str, n: int) -> float:
         return 0.0 if op == "all_reduce" else 1.0
     if op == "all_reduce":
         return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+    if op in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"):
         return (n - 1) / n
     return 1.0
 

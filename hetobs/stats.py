@@ -23,7 +23,7 @@ __all__ = [
 MAGIC = b"HTBSTATS"
 VERSION = 1
 OP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier", "send",
-            "recv")
+            "recv", "gather", "scatter")
 LATENCY_BUCKETS = 24  # bucket b: duration < 2**b microseconds (the last one: everything above)
 BANDWIDTH_BUCKETS = 20  # bucket b: busbw < 2**b MB/s (the last one: everything above)
 _DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")

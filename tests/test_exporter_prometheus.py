@@ -86,7 +86,7 @@ class Prom:
         doc = self._get("/api/v1/targets")
         return doc["data"]["activeTargets"] if doc else []
 
-    def until(self, check: Any, what: str, timeout: float = 40.0) -> Any:
+    def until(self, check: Any, what: str, timeout: float = 90.0) -> Any:
         """Poll `check()` (a PromQL answer) until truthy: Prometheus scrapes on its own clock."""
         end = time.monotonic() + timeout
         last = None

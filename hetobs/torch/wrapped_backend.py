@@ -31,6 +31,7 @@ from ._common import OPS, REDUCTIONS, comm_id_for, numel
 __all__ = ["InstrumentedBackend", "create_gloo", "create_nccl", "wrap"]
 
 _BACKEND_CODES = {"gloo": 1, "nccl": 2, "mpi": 3}
+_OP_CODES = {**OPS, "gather": 9, "scatter": 10}  # recorded kinds beyond the native transport's
 _DTYPE_CODES = {getattr(torch, name): code for name, code in DTYPES.items()}
 _REDUCE_NAMES = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.PRODUCT: "prod", dist.ReduceOp.MIN: "min",
                  dist.ReduceOp.MAX: "max", dist.ReduceOp.AVG: "avg"}
@@ -106,7 +107,7 @@ class InstrumentedBackend(dist.ProcessGroup):
             first = tensors[0] if tensors else None
             count = numel(tensors)
             nbytes = sum(t.numel() * t.element_size() for t in tensors)
-        token = self.ext.begin(OPS[op], _DTYPE_CODES.get(first.dtype, 6) if first is not None else 6, redop, root,
+        token = self.ext.begin(_OP_CODES[op], _DTYPE_CODES.get(first.dtype, 6) if first is not None else 6, redop, root,
                                count, count if out_count is None else out_count, nbytes)
         try:
             work = call()
@@ -184,10 +185,10 @@ class InstrumentedBackend(dist.ProcessGroup):
         return self._run("recv", tensors, lambda: self.inner.recv(tensors, src, tag), root=src)
 
     def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> Any:
-        return self._run("reduce", inputs, lambda: self.inner.gather(outputs, inputs, opts), root=opts.rootRank)
+        return self._run("gather", inputs, lambda: self.inner.gather(outputs, inputs, opts), root=opts.rootRank)
 
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> Any:
-        return self._run("broadcast", outputs, lambda: self.inner.scatter(outputs, inputs, opts),
+        return self._run("scatter", outputs, lambda: self.inner.scatter(outputs, inputs, opts),
                          root=opts.rootRank)
 
 

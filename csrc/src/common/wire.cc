@@ -15,13 +15,13 @@ const char* dtypeName(DType t) {
 }
 
 const char* opName(OpKind op) {
-  static const char* kNames[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce",
-                                 "all_to_all", "barrier",        "send",       "recv"};
+  static const char* kNames[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all",
+                                 "barrier",    "send",           "recv",       "gather",    "scatter"};
   return uint8_t(op) < uint8_t(OpKind::kCount) ? kNames[uint8_t(op)] : "invalid";
 }
 
 const char* redOpName(RedOp op) {
-  static const char* kNames[] = {"sum", "prod", "min", "max", "avg"};
+  static const char* kNames[] = {"sum", "prod", "min", "max", "avg", "other"};
   return uint8_t(op) < uint8_t(RedOp::kCount) ? kNames[uint8_t(op)] : "invalid";
 }
 

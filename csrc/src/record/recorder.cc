@@ -30,6 +30,8 @@ double busBwFactor(uint8_t op, int n) {
     case OpKind::kAllGather:
     case OpKind::kReduceScatter:
     case OpKind::kAllToAll:
+    case OpKind::kGather:
+    case OpKind::kScatter:
       return double(n - 1) / n;
     default:
       return 1.0;

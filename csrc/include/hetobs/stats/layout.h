@@ -27,7 +27,7 @@ namespace stats {
 constexpr char kMagic[8] = {'H', 'T', 'B', 'S', 'T', 'A', 'T', 'S'};
 constexpr uint32_t kVersion = 1;
 constexpr uint32_t kHeaderBytes = 4096;
-constexpr uint32_t kOpKinds = 9;        // OpKind::kCount
+constexpr uint32_t kOpKinds = 11;       // OpKind::kCount
 constexpr uint32_t kLatencyBuckets = 24;  // bucket b counts ops with duration < 2^b microseconds (last: the rest)
 constexpr uint32_t kBandwidthBuckets = 20;  // bucket b counts ops with busbw < 2^b MB/s (last: the rest)
 

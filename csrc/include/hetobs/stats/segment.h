@@ -18,7 +18,7 @@ struct SegmentConfig {
   int world_size = 1;
   std::string host;
   double hang_timeout_s = 300;
-  uint32_t comm_capacity = 64;
+  uint32_t comm_capacity = 256;
   uint32_t link_capacity = 1024;
   uint32_t record_capacity = 2048;
 };
