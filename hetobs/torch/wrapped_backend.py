@@ -26,7 +26,7 @@ import torch.distributed as dist
 from .. import _connect_through_store, _core, _endpoint
 from ..buffers import DTYPES
 from ..comm import Communicator
-from ._common import OPS, REDUCTIONS, comm_id_for, numel
+from ._common import OPS, REDUCTIONS, comm_id_for, done, numel
 
 __all__ = ["InstrumentedBackend", "create_gloo", "create_nccl", "wrap"]
 
@@ -126,7 +126,9 @@ class InstrumentedBackend(dist.ProcessGroup):
             self.ext.end(token, False, f"{type(e).__name__}: {e}"[:90])
             raise
         self.ext.end(token, True, "")
-        return work  # complete: torch's wait() on it returns at once (its future is not chained)
+        # A fresh completed Work, not the vendor's: waiting twice on a finished Gloo send/recv
+        # work hangs, and its future is not implemented for every op.
+        return done(tensors)
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:
         return self._run("all_reduce", tensors, lambda: self.inner.allreduce(tensors, opts), redop=_redop(opts))

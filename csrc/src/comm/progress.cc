@@ -229,11 +229,7 @@ void Communicator::handleFailure(std::exception_ptr ep) {
     n.kind = AbortKind::kTimeout;
     n.cause = strFormat("rank %d timed out in %s: %s", rank_, desc_.str().c_str(), e.what());
     msg = strFormat("%s: %s", opContext().c_str(), e.what());
-    cause_ = msg;
-    failed_.store(true);
-    abortPeers(n);
-    HETOBS_WARN("%s", msg.c_str());
-    reportFailure(msg, desc_.seq);
+    failWith(n, msg);
     throw TimeoutError(msg);
   } catch (const PeerError& e) {
     n.kind = AbortKind::kPeer;
@@ -244,12 +240,16 @@ void Communicator::handleFailure(std::exception_ptr ep) {
     n.cause = strFormat("rank %d failed: %s", rank_, e.what());
     msg = strFormat("%s: %s", opContext().c_str(), e.what());
   }
+  failWith(n, msg);
+  throw PeerError(msg);
+}
+
+void Communicator::failWith(const AbortNotice& n, const std::string& msg) {
   cause_ = msg;
   failed_.store(true);
   abortPeers(n);
   HETOBS_WARN("%s", msg.c_str());
   reportFailure(msg, desc_.seq);
-  throw PeerError(msg);
 }
 
 void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, const AbortNotice* notice) {

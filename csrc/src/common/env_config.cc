@@ -248,6 +248,9 @@ bool readEnvSettings(EnvSettings* out, std::string* error) {
     for (char& c : dbg) c = char(std::toupper(static_cast<unsigned char>(c)));
     s.debug = dbg;
     s.otel_sample = std::min(1.0, numberSetting("HETOBS_OTEL_SAMPLE", "0.01", 0.0));
+    s.bw_log = choiceSetting("HETOBS_BW_LOG", "off", {"off", "verbose", "agg"});
+    s.bw_log_interval = numberSetting("HETOBS_BW_LOG_INTERVAL", "15", 0.1);
+    s.bw_log_file = env("HETOBS_BW_LOG_FILE", "");
     *out = std::move(s);
     return true;
   } catch (const BadSetting& b) {
@@ -275,6 +278,9 @@ RuntimeConfig runtimeConfigFrom(const EnvSettings& s, int rank, int worldSize) {
   rc.abort_on_hang = s.abort_on_hang;
   rc.dump_signal = s.dump_signal;
   rc.records = s.records;
+  rc.bw_log = s.bw_log;
+  rc.bw_log_interval_s = s.bw_log_interval;
+  rc.bw_log_file = s.bw_log_file;
   return rc;
 }
 

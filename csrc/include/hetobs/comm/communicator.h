@@ -111,6 +111,8 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   [[noreturn]] void handleFailure(std::exception_ptr e);
   [[noreturn]] void resolveMismatch(int directPeer, const OpDesc* directTheirs, const struct AbortNotice* notice);
   void abortPeers(const struct AbortNotice& n);
+  // Mark failed with `msg`, tell every peer (notice `n`), log, dump: before the throw.
+  void failWith(const struct AbortNotice& n, const std::string& msg);
   std::string opContext() const;
   void buildChannels();
 

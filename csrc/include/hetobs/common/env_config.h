@@ -26,6 +26,9 @@ struct EnvSettings {
   uint64_t small_bytes = 65536;
   std::string debug = "WARN";  // ERROR | WARN | INFO | DEBUG
   double otel_sample = 0.01;
+  std::string bw_log = "off";  // off | verbose | agg
+  double bw_log_interval = 15;
+  std::string bw_log_file;
 };
 
 // Read every setting from the process environment (getenv). Returns false and sets
