@@ -130,6 +130,7 @@ def test_killed_rank_others_dump_with_reason_error_then_raise(tmp_path: Path) ->
     with InlineJob(KILLED, 3, tmp_path, env={"HETOBS_TIMEOUT": "30"}) as job:
         runs = job.wait(60)
     assert runs[2].returncode == -signal.SIGKILL
+    assert runs[0].returncode == 0 and runs[1].returncode == 0, [(r.stdout, r.stderr[-3000:]) for r in runs[:2]]
     incidents = dumps(job)
     # Usually one incident; two when one survivor had already finished the op rank 2 died in
     # (it then fails one op later): each survivor's own error dump is in one of them.

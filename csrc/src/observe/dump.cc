@@ -21,6 +21,7 @@ namespace {
 
 constexpr int64_t kStacksWaitNs = 1000000000;  // give faulthandler at most this long
 constexpr int64_t kStacksSettleNs = 30000000;  // output unchanged this long = finished
+constexpr int64_t kDumpWaitNs = 5000000000LL;  // longest wait for another thread's dump of an incident
 
 void writeEntry(JsonWriter& w, const OpRecord& r) {
   bool p2p = isP2P(OpKind(r.op));
@@ -68,6 +69,13 @@ void writeRanks(JsonWriter& w, const char* key, const std::vector<int>& v) {
 
 }  // namespace
 
+bool Runtime::waitForDump(std::unique_lock<std::mutex>& lk, const std::string& incident, int64_t timeoutNs) {
+  return dumpedCv_.wait_for(lk, std::chrono::nanoseconds(timeoutNs), [&] {
+    auto it = dumped_.find(incident);
+    return it == dumped_.end() || it->second;
+  });
+}
+
 std::string Runtime::collectStacks(std::string* status) {
   if (stackSignal_ <= 0 || stackFd_ < 0) {
     *status = "unavailable";
@@ -105,9 +113,21 @@ std::string Runtime::collectStacks(std::string* status) {
 std::string Runtime::dump(const DumpRequest& req) {
   try {
     {
-      std::lock_guard<std::mutex> g(mu_);
-      if (!dumped_.insert(req.incident).second) return "";
+      std::unique_lock<std::mutex> lk(mu_);
+      if (!dumped_.emplace(req.incident, false).second) {
+        waitForDump(lk, req.incident, kDumpWaitNs);
+        return "";
+      }
     }
+    struct Done {  // mark the incident written (or given up) whatever happens below
+      Runtime* rt;
+      const std::string& incident;
+      ~Done() {
+        std::lock_guard<std::mutex> g(rt->mu_);
+        rt->dumped_[incident] = true;
+        rt->dumpedCv_.notify_all();
+      }
+    } done{this, req.incident};
     PeerAnswers answers;
     if (req.ask_peers) answers = askPeers(req.incident, "peer_request", req.cause);
     std::lock_guard<std::mutex> g(dumpMu_);

@@ -13,6 +13,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -109,7 +110,12 @@ class Runtime {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<DumpRequest> queue_;
-  std::set<std::string> dumped_;
+  // Incidents this rank has dumped (true) or is dumping (false). A second request for an
+  // incident being written waits for it: an erroring op thread must not return (and let
+  // the process exit) while the watchdog thread is still writing that incident's dump.
+  std::map<std::string, bool> dumped_;
+  std::condition_variable dumpedCv_;
+  bool waitForDump(std::unique_lock<std::mutex>& lk, const std::string& incident, int64_t timeoutNs);
   std::set<std::string> hangsReported_;
   std::vector<std::weak_ptr<Observed>> comms_;
   PeerAnswers lastAnswers_;
