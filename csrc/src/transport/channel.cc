@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "hetobs/common/clock.h"
@@ -92,6 +93,16 @@ std::string Channel::remoteAddress() const { return sockName(pollFd(), true); }
 
 std::string PeerInfo::describe() const {
   return strFormat("rank %d (host %s, pid %d)", rank, host.c_str(), pid);
+}
+
+std::string abortFrame(const std::string& body) {
+  FrameHeader h{};
+  h.magic = kFrameMagic;
+  h.kind = uint8_t(FrameKind::kAbort);
+  h.bytes = std::min(body.size(), kMaxAbortBody);
+  std::string buf(reinterpret_cast<char*>(&h), sizeof h);
+  buf.append(body, 0, size_t(h.bytes));
+  return buf;
 }
 
 void checkFrame(const PeerInfo& peer, const OpDesc& theirs, const OpDesc& expect) {

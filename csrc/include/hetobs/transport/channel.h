@@ -75,6 +75,10 @@ class RemoteAbort : public Error {
 // Compare a received frame's op with ours; throws FrameMismatch naming both sides.
 void checkFrame(const PeerInfo& peer, const OpDesc& theirs, const OpDesc& expect);
 
+// An abort notice as it goes on the wire (header + body, the body capped at kMaxAbortBody).
+constexpr size_t kMaxAbortBody = 4096;
+std::string abortFrame(const std::string& body);
+
 class Channel {
  public:
   virtual ~Channel() = default;

@@ -16,7 +16,6 @@ namespace hetobs {
 namespace shm {
 namespace {
 constexpr uint64_t kAlign = 64;
-constexpr size_t kMaxAbortBody = 4096;
 inline uint64_t roundUp(uint64_t v) { return (v + kAlign - 1) & ~(kAlign - 1); }
 }  // namespace
 
@@ -177,12 +176,7 @@ bool ShmChannel::peekData(FrameHeader* out) {
 void ShmChannel::sendAbort(const std::string& body) {
   theirs_->header()->abort.store(1, std::memory_order_release);
   theirs_->header()->bell.ring();
-  FrameHeader h{};
-  h.magic = kFrameMagic;
-  h.kind = uint8_t(FrameKind::kAbort);
-  h.bytes = std::min(body.size(), kMaxAbortBody);
-  std::string buf(reinterpret_cast<char*>(&h), sizeof h);
-  buf.append(body, 0, size_t(h.bytes));
+  std::string buf = abortFrame(body);
   try {
     writeFull(ctl_, buf.data(), buf.size(), monoNs() + 300000000LL, "abort");
   } catch (const Error& e) {

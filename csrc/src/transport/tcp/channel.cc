@@ -17,7 +17,6 @@ namespace hetobs {
 namespace tcp {
 namespace {
 
-constexpr size_t kMaxAbortBody = 4096;
 
 bool wouldBlock(int e) { return e == EAGAIN || e == EWOULDBLOCK; }
 
@@ -285,12 +284,7 @@ void TcpChannel::sendAbort(const std::string& body) {
       writeFull(fd_, reinterpret_cast<char*>(&ahdr_) + ackOff_, sizeof ahdr_ - ackOff_, deadline, "abort");
       ackOff_ = 0;
     }
-    FrameHeader h{};
-    h.magic = kFrameMagic;
-    h.kind = uint8_t(FrameKind::kAbort);
-    h.bytes = std::min(body.size(), kMaxAbortBody);
-    std::string buf(reinterpret_cast<char*>(&h), sizeof h);
-    buf.append(body, 0, size_t(h.bytes));
+    std::string buf = abortFrame(body);
     writeFull(fd_, buf.data(), buf.size(), deadline, "abort");
   } catch (const Error& e) {
     HETOBS_DEBUG("could not send abort notice to %s: %s", peer_.describe().c_str(), e.what());
