@@ -91,6 +91,7 @@ def main() -> None:
     ap.add_argument("what", choices=("watchdog", "torch-wrapper"))
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--ops", type=int, default=0, help="ops per timed loop (default: 200000 / 5000)")
+    ap.add_argument("--only-one-rank", action="store_true", help="torch-wrapper: just the 1-rank row")
     a, rest = ap.parse_known_args()
     if rest[:1] == ["--worker"]:
         raise SystemExit("internal: --worker goes first")
@@ -106,7 +107,7 @@ def main() -> None:
         print("| ranks | bytes | gloo (us/op) | hetobs_gloo (us/op) | added (us/op) | rounds |")
         print("|---|---|---|---|---|---|")
         # One rank isolates the wrapper's own cost (Gloo still runs its op on its worker thread).
-        for world, nbytes in ((1, 8), (2, 8), (2, 65536)):
+        for world, nbytes in ((1, 8),) if a.only_one_rank else ((1, 8), (2, 8), (2, 65536)):
             base, obs = _compare("torch", "gloo", "hetobs_gloo", world, ops, nbytes, a.rounds)
             print(f"| {world} | {nbytes} | {base / 1e3:.2f} | {obs / 1e3:.2f} | {(obs - base) / 1e3:+.2f} | {a.rounds} |",
                   flush=True)
