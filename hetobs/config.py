@@ -45,6 +45,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("HETOBS_BW_LOG_FILE", "(stderr)", "Bandwidth log file; %h = host, %p = pid, %r = rank."),
     Setting("HETOBS_SMALL_BYTES", "65536", "all_reduce payloads up to this size use the latency path (direct exchange)."),
     Setting("HETOBS_DEBUG", "WARN", "Native log level: ERROR, WARN, INFO or DEBUG (to stderr)."),
+    Setting("HETOBS_TRACEBACK", "0", "1: `hetobs` commands print the Python traceback with an error."),
+    Setting("HETOBS_REBUILD", "0", "1: scripts/setup.sh rebuilds the native core even when nothing changed."),
     Setting("HETOBS_OTEL_SAMPLE", "0.01", "Fraction of collectives exported as OpenTelemetry spans (0..1; chosen per communicator and sequence id, so every rank keeps the same ones)."),
 )
 
