@@ -6,10 +6,13 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._version import __version__
 from .errors import AuthError, CommAbortedError, HetobsError, MismatchError, OpTimeoutError, PeerError
+
+if TYPE_CHECKING:
+    from .comm import Communicator
 
 __all__ = [
     "__version__", "init", "Communicator", "Work", "records",

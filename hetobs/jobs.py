@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["JobNotFound", "RankFile", "OnDemandResult", "job_path", "read_ranks", "request_dump", "incidents"]
+__all__ = ["JobNotFound", "RankFile", "OnDemandResult", "job_path", "read_ranks", "request_dump"]
 
 
 class JobNotFound(FileNotFoundError):
@@ -74,22 +74,6 @@ def read_ranks(job_dir: str) -> dict[int, RankFile]:
     if not out:
         raise JobNotFound(f"{job_dir}: no rank metadata (ranks/rank-<r>.json)")
     return out
-
-
-def incidents(job_dir: str) -> list[str]:
-    """Incident ids present, oldest first by their newest dump's modification time."""
-    base = os.path.join(job_dir, "incidents")
-    try:
-        names = [n for n in os.listdir(base) if os.path.isdir(os.path.join(base, n))]
-    except FileNotFoundError:
-        return []
-
-    def newest(n: str) -> float:
-        d = os.path.join(base, n)
-        times = [os.path.getmtime(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".json")]
-        return max(times, default=0.0)
-
-    return sorted(names, key=newest)
 
 
 def request_dump(job_dir: str, *, secret: str | None = None, timeout: float = 10.0,

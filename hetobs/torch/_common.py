@@ -12,20 +12,37 @@ from torch._C._distributed_c10d import _create_work_from_future
 from ..buffers import DTYPES
 from ..comm import OPS, REDUCTIONS
 
-__all__ = ["reduction", "done", "staged", "comm_id_for", "dtype_code", "OPS", "REDUCTIONS"]
+__all__ = ["reduction", "reduction_code", "done", "staged", "comm_id_for", "DTYPE_CODES", "OPS", "REDUCTIONS"]
 
+# torch dtype -> wire dtype code (hetobs/buffers.py DTYPES).
+DTYPE_CODES = {getattr(torch, name): code for name, code in DTYPES.items()}
+# SUM first: the common case, and each comparison of ReduceOps is a C++ call.
 _REDUCTIONS = {
     dist.ReduceOp.SUM: "sum", dist.ReduceOp.PRODUCT: "prod", dist.ReduceOp.MIN: "min",
     dist.ReduceOp.MAX: "max", dist.ReduceOp.AVG: "avg",
 }
+_OTHER = 5  # RedOp::kOther (csrc/include/hetobs/common/wire.h): a vendor reduction hetobs cannot name
+
+
+def _name(op: Any) -> str | None:
+    for k, v in _REDUCTIONS.items():
+        if op == k:
+            return v
+    return None
 
 
 def reduction(op: Any) -> str:
     """torch ReduceOp -> hetobs reduction name (ValueError for PREMUL_SUM, BAND, ...)."""
-    for k, v in _REDUCTIONS.items():
-        if op == k:
-            return v
-    raise ValueError(f"reduce op {op} is not supported by hetobs (sum, product, min, max, avg are)")
+    name = _name(op)
+    if name is None:
+        raise ValueError(f"reduce op {op} is not supported by hetobs (sum, product, min, max, avg are)")
+    return name
+
+
+def reduction_code(op: Any) -> int:
+    """torch ReduceOp -> wire reduction code for a record of a vendor op ("other" if unnamed)."""
+    name = _name(op)
+    return _OTHER if name is None else REDUCTIONS[name]
 
 
 def done(result: Any = None) -> Any:
@@ -63,10 +80,6 @@ class staged:
 def comm_id_for(group_id: str) -> int:
     """A communicator id every member derives alike from torch's group name (53 bits, nonzero)."""
     return (zlib.crc32(group_id.encode()) << 21 | zlib.adler32(group_id.encode()) & 0x1FFFFF) or 1
-
-
-def dtype_code(t: torch.Tensor) -> int:
-    return DTYPES.get(str(t.dtype).removeprefix("torch."), -1)
 
 
 def numel(ts: Iterable[torch.Tensor]) -> int:

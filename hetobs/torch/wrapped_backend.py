@@ -24,27 +24,17 @@ import torch
 import torch.distributed as dist
 
 from .. import _connect_through_store, _core, _endpoint
-from ..buffers import DTYPES
 from ..comm import Communicator
-from ._common import OPS, REDUCTIONS, comm_id_for, done, numel
+from ._common import DTYPE_CODES, OPS, comm_id_for, done, numel, reduction_code
 
 __all__ = ["InstrumentedBackend", "create_gloo", "create_nccl", "wrap"]
 
 _BACKEND_CODES = {"gloo": 1, "nccl": 2, "mpi": 3}
 _OP_CODES = {**OPS, "gather": 9, "scatter": 10}  # recorded kinds beyond the native transport's
-_DTYPE_CODES = {getattr(torch, name): code for name, code in DTYPES.items()}
-_REDUCE_NAMES = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.PRODUCT: "prod", dist.ReduceOp.MIN: "min",
-                 dist.ReduceOp.MAX: "max", dist.ReduceOp.AVG: "avg"}
 
 
 def _redop(opts: Any) -> int:
-    op = getattr(opts, "reduceOp", None)
-    if op == dist.ReduceOp.SUM:  # the common case first: each comparison costs a C++ call
-        return 0
-    for k, v in _REDUCE_NAMES.items():
-        if op == k:
-            return REDUCTIONS[v]
-    return 0
+    return reduction_code(opts.reduceOp)
 
 
 class _Poller:
@@ -107,7 +97,7 @@ class InstrumentedBackend(dist.ProcessGroup):
             first = tensors[0] if tensors else None
             count = numel(tensors)
             nbytes = sum(t.numel() * t.element_size() for t in tensors)
-        token = self.ext.begin(_OP_CODES[op], _DTYPE_CODES.get(first.dtype, 6) if first is not None else 6, redop, root,
+        token = self.ext.begin(_OP_CODES[op], DTYPE_CODES.get(first.dtype, 6) if first is not None else 6, redop, root,
                                count, count if out_count is None else out_count, nbytes)
         try:
             work = call()
@@ -131,18 +121,6 @@ class InstrumentedBackend(dist.ProcessGroup):
         return done(tensors)
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:
-        if len(tensors) == 1 and not tensors[0].is_cuda:
-            # The hot case, written out: one CPU tensor, the vendor op waited on inline.
-            t = tensors[0]
-            n = t.numel()
-            token = self.ext.begin(0, _DTYPE_CODES.get(t.dtype, 6), _redop(opts), -1, n, n, n * t.element_size())
-            try:
-                self.inner.allreduce(tensors, opts).wait()
-            except BaseException as e:
-                self.ext.end(token, False, f"{type(e).__name__}: {e}"[:90])
-                raise
-            self.ext.end(token, True, "")
-            return done(tensors)
         return self._run("all_reduce", tensors, lambda: self.inner.allreduce(tensors, opts), redop=_redop(opts))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> Any:
