@@ -128,15 +128,15 @@ void registerComm(py::module_& m) {
              cfg.timeout_s = timeout;
              cfg.connect_timeout_s = connectTimeout;
              cfg.small_bytes = smallBytes;
-             cfg.dir = dir;
-             cfg.hang_timeout_s = hangTimeout;
-             cfg.abort_on_hang = abortOnHang;
-             cfg.dump_signal = dumpSignal;
-             cfg.records = records;
+             cfg.observe.dir = dir;
+             cfg.observe.hang_timeout_s = hangTimeout;
+             cfg.observe.abort_on_hang = abortOnHang;
+             cfg.observe.dump_signal = dumpSignal;
+             cfg.observe.records = records;
              cfg.watchdog = watchdog;
-             cfg.bw_log = bwLog;
-             cfg.bw_log_interval_s = bwLogInterval;
-             cfg.bw_log_file = bwLogFile;
+             cfg.observe.bw_log = bwLog;
+             cfg.observe.bw_log_interval_s = bwLogInterval;
+             cfg.observe.bw_log_file = bwLogFile;
              return std::make_shared<Endpoint>(cfg);
            }),
            py::arg("rank"), py::arg("size"), py::arg("job_id"), py::arg("secret"), py::arg("transport"),

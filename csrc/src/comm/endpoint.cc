@@ -34,21 +34,13 @@ Endpoint::Endpoint(CommConfig cfg) : cfg_(std::move(cfg)) {
       HETOBS_WARN("HETOBS_SECRET is not set: connections are checked against the job id but not authenticated");
   }
   setLogPrefix("rank " + std::to_string(cfg_.rank));
-  RuntimeConfig rc;
+  RuntimeConfig rc = cfg_.observe;
   rc.job = cfg_.job_id;
-  rc.dir = cfg_.dir;
   rc.secret = cfg_.secret;
   rc.rank = cfg_.rank;
   rc.world_size = cfg_.size;
-  rc.hang_timeout_s = cfg_.hang_timeout_s;
-  rc.abort_on_hang = cfg_.abort_on_hang;
-  rc.dump_signal = cfg_.dump_signal;
-  rc.records = cfg_.records;
-  rc.bw_log = cfg_.bw_log;
-  rc.bw_log_interval_s = cfg_.bw_log_interval_s;
-  rc.bw_log_file = cfg_.bw_log_file;
   Runtime* runtime = cfg_.watchdog ? &Runtime::init(rc) : nullptr;
-  if (!runtime) Recorder::instance().configure(cfg_.records);
+  if (!runtime) Recorder::instance().configure(cfg_.observe.records);
   listener_ = std::make_unique<Listener>(cred_, "0.0.0.0");
   if (runtime)
     listener_->setControlHandler([runtime](const std::string& req) { return runtime->handleControl(req); });

@@ -135,7 +135,6 @@ bool ExternalComm::inFlight(InFlight* out) const {
 void ExternalComm::requestAbort(const std::string& why) {
   HETOBS_WARN("HETOBS_ABORT_ON_HANG cannot abort a %s op from outside; the hang stays recorded (%s)",
               backendName(backend_), why.c_str());
-  abort_.store(true, std::memory_order_release);
 }
 
 void ExternalComm::writeMetadata(JsonWriter& w) const {

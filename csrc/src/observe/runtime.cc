@@ -142,7 +142,6 @@ void Runtime::noteProgressAt(int64_t mono) {
   stats_->header()->last_progress_ns.store(monoToWallNs(mono), std::memory_order_relaxed);
 }
 
-void Runtime::noteProgress() { stats_->header()->last_progress_ns.store(wallNs(), std::memory_order_relaxed); }
 
 void Runtime::writeMetadata() {
   JsonWriter w;

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <string>
 
+#include "hetobs/observe/runtime.h"
+
 namespace hetobs {
 
 enum class TransportChoice { kAuto, kShm, kTcp };
@@ -19,16 +21,9 @@ struct CommConfig {
   double connect_timeout_s = 60.0;   // rendezvous and connections
   size_t small_bytes = 65536;        // all_reduce latency path threshold
   size_t shm_ring_bytes = 4 << 20;   // per incoming ring, shrunk for many local peers
-  // Observation (the watchdog issue): where dumps go and when the watchdog fires.
   bool watchdog = true;  // false: no watchdog, stats segment or dumps (records stay private)
-  std::string dir = "/tmp/hetobs";
-  double hang_timeout_s = 300.0;
-  bool abort_on_hang = false;
-  int dump_signal = 0;
-  uint32_t records = 2048;
-  std::string bw_log = "off";
-  double bw_log_interval_s = 15;
-  std::string bw_log_file;
+  // What the process's Runtime is made with (job, secret, rank and size are filled in from above).
+  RuntimeConfig observe;
 };
 
 TransportChoice parseTransport(const std::string& s);  // throws Error naming the value

@@ -55,7 +55,6 @@ class ExternalComm : public Observed, public std::enable_shared_from_this<Extern
   void requestAbort(const std::string& why) override;
   void writeState(JsonWriter& w, int64_t nowMono) const override;
   void writeMetadata(JsonWriter& w) const override;
-  bool abortRequested() const { return abort_.load(std::memory_order_acquire); }
 
  protected:
   // A library that exposes per-peer progress (NCCL's profiler) fills these in: the
@@ -77,7 +76,6 @@ class ExternalComm : public Observed, public std::enable_shared_from_this<Extern
   DeviceType device_;
   std::string name_;
   std::atomic<uint64_t> collSeq_{0}, p2pSeq_{0};
-  std::atomic<bool> abort_{false};
   std::atomic<uint32_t> watched_{0};  // slots in use: end() need not scan the table to know
   stats::CommStats* cstats_ = nullptr;
   std::unique_ptr<stats::CommStats> ownStats_;

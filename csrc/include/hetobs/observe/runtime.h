@@ -87,8 +87,7 @@ class Runtime {
   static stats::CommStats* commStats(std::unique_ptr<stats::CommStats>* fallback, uint64_t id, int size, int rank);
   // At exit: mark clean (or not), rewrite metadata, remove the stats segment.
   void markExit(bool clean);
-  void noteProgress();  // last_progress_ns = now
-  void noteProgressAt(int64_t monoNs);  // the same, with a clock read the caller already made
+  void noteProgressAt(int64_t monoNs);  // last_progress_ns = that time (a clock read the caller made)
 
  private:
   explicit Runtime(const RuntimeConfig& cfg);
@@ -118,7 +117,6 @@ class Runtime {
   bool waitForDump(std::unique_lock<std::mutex>& lk, const std::string& incident, int64_t timeoutNs);
   std::set<std::string> hangsReported_;
   std::vector<std::weak_ptr<Observed>> comms_;
-  PeerAnswers lastAnswers_;
   std::mutex dumpMu_;  // one dump at a time (stacks share one file)
 
   int stackSignal_ = 0;
