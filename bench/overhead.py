@@ -7,8 +7,10 @@
     .venv/bin/python bench/overhead.py torch-wrapper [--rounds 9] [--ops 5000]
         torch.distributed all_reduce over "hetobs_gloo" vs plain "gloo" (1 rank 8 B: the
         wrapper alone; 2 ranks 8 B and 64 KiB): records, stats and watchdog visibility.
+        "hetobs_gloo" runs as hetobs._torch_ext (C++); the Python fallback
+        (HETOBS_TORCH_NATIVE=0) is timed in the same rounds for comparison.
 
-Runs alternate (A, B, B, A, ...) so drift hits both alike; each prints a markdown table.
+Runs rotate (A B C, B C A, ...) so drift hits all alike; each prints a markdown table.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def _worker(what: str, variant: str, ops: int, nbytes: int) -> None:
 
         import hetobs  # noqa: F401 - registers the hetobs backends
 
-        dist.init_process_group(variant)
+        dist.init_process_group("hetobs_gloo" if variant == "hetobs_gloo_py" else variant)
         x = torch.ones(max(1, nbytes // 4))
         op, bar, rank = dist.all_reduce, dist.barrier, dist.get_rank()
     for _ in range(min(ops, 500)):
@@ -70,6 +72,8 @@ def _job(what: str, variant: str, world: int, ops: int, nbytes: int) -> float:
                    HETOBS_JOB_ID=job, HETOBS_TRANSPORT="shm", HETOBS_DEBUG="ERROR", OMP_NUM_THREADS="1")
         if what == "watchdog":
             env["HETOBS_WATCHDOG"] = "1" if variant == "on" else "0"
+        else:
+            env["HETOBS_TORCH_NATIVE"] = "0" if variant == "hetobs_gloo_py" else "1"
         procs.append(subprocess.Popen([sys.executable, __file__, "--worker", what, variant, str(ops), str(nbytes)],
                                       env=env, stdout=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=900)[0] for p in procs]
@@ -78,12 +82,14 @@ def _job(what: str, variant: str, world: int, ops: int, nbytes: int) -> float:
     return float(json.loads(outs[0].strip().splitlines()[-1])["ns_per_op"])
 
 
-def _compare(what: str, base: str, observed: str, world: int, ops: int, nbytes: int, rounds: int) -> tuple[float, float]:
-    times: dict[str, list[float]] = {base: [], observed: []}
+def _compare(what: str, variants: tuple[str, ...], world: int, ops: int, nbytes: int,
+             rounds: int) -> list[float]:
+    """Median ns/op of each variant; the order rotates every round so drift hits all alike."""
+    times: dict[str, list[float]] = {v: [] for v in variants}
     for i in range(rounds):
-        for v in ((observed, base) if i % 2 == 0 else (base, observed)):
+        for v in variants[i % len(variants):] + variants[:i % len(variants)]:
             times[v].append(_job(what, v, world, ops, nbytes))
-    return statistics.median(times[base]), statistics.median(times[observed])
+    return [statistics.median(times[v]) for v in variants]
 
 
 def main() -> None:
@@ -100,17 +106,19 @@ def main() -> None:
         print("| ranks | bytes | watchdog off (ns/op) | watchdog on (ns/op) | added (ns/op) | rounds |")
         print("|---|---|---|---|---|---|")
         for world in (1, 2):
-            off, on = _compare("watchdog", "off", "on", world, ops // world, 8, a.rounds)
+            off, on = _compare("watchdog", ("off", "on"), world, ops // world, 8, a.rounds)
             print(f"| {world} | 8 | {off:.0f} | {on:.0f} | {on - off:+.0f} | {a.rounds} |", flush=True)
     else:
         ops = a.ops or 5000
-        print("| ranks | bytes | gloo (us/op) | hetobs_gloo (us/op) | added (us/op) | rounds |")
-        print("|---|---|---|---|---|---|")
+        print("| ranks | bytes | gloo (us/op) | hetobs_gloo (us/op) | added (us/op) "
+              "| Python fallback (us/op) | added (us/op) | rounds |")
+        print("|---|---|---|---|---|---|---|---|")
         # One rank isolates the wrapper's own cost (Gloo still runs its op on its worker thread).
         for world, nbytes in ((1, 8),) if a.only_one_rank else ((1, 8), (2, 8), (2, 65536)):
-            base, obs = _compare("torch", "gloo", "hetobs_gloo", world, ops, nbytes, a.rounds)
-            print(f"| {world} | {nbytes} | {base / 1e3:.2f} | {obs / 1e3:.2f} | {(obs - base) / 1e3:+.2f} | {a.rounds} |",
-                  flush=True)
+            base, obs, py = _compare("torch", ("gloo", "hetobs_gloo", "hetobs_gloo_py"), world, ops, nbytes,
+                                     a.rounds)
+            print(f"| {world} | {nbytes} | {base / 1e3:.2f} | {obs / 1e3:.2f} | {(obs - base) / 1e3:+.2f} "
+                  f"| {py / 1e3:.2f} | {(py - base) / 1e3:+.2f} | {a.rounds} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import platform
 from typing import Annotated, Any
 
@@ -56,6 +57,11 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
+def _module_path(name: str) -> str | None:
+    spec = importlib.util.find_spec(name)
+    return spec.origin if spec is not None else None
+
+
 def collect() -> tuple[dict[str, Any], list[str]]:
     """Everything `hetobs version` reports, and the problems found (empty when healthy)."""
     core, error = _core_info()
@@ -71,6 +77,9 @@ def collect() -> tuple[dict[str, Any], list[str]]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "torch": _dist_version("torch"),
+        # Located, not imported (that would load torch): the C++ torch wrapper, or None
+        # when hetobs was built without torch (the wrappers then run in Python).
+        "torch_ext": _module_path("hetobs._torch_ext"),
     }
     if error is not None:
         info["core_error"] = error

@@ -47,6 +47,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("HETOBS_DEBUG", "WARN", "Native log level: ERROR, WARN, INFO or DEBUG (to stderr)."),
     Setting("HETOBS_TRACEBACK", "0", "1: `hetobs` commands print the Python traceback with an error."),
     Setting("HETOBS_REBUILD", "0", "1: scripts/setup.sh rebuilds the native core even when nothing changed."),
+    Setting("HETOBS_TORCH_NATIVE", "1", "0: \"hetobs_gloo\", \"hetobs_nccl\" and wrap() run as a Python process group even where hetobs._torch_ext is built (~20 us more per call; for comparison and debugging)."),
     Setting("HETOBS_OTEL_SAMPLE", "0.01", "Fraction of collectives exported as OpenTelemetry spans (0..1; chosen per communicator and sequence id, so every rank keeps the same ones)."),
 )
 
@@ -71,6 +72,7 @@ class Settings:
     bw_log_file: str
     debug: str
     otel_sample: float = 0.01
+    torch_native: bool = True
 
 
 def _number(env: Mapping[str, str], name: str, default: str, conv: Callable[[str], float | int],
@@ -145,4 +147,5 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         bw_log_file=env.get("HETOBS_BW_LOG_FILE", ""),
         debug=_choice(env, "HETOBS_DEBUG", "WARN", ("error", "warn", "info", "debug")).upper(),
         otel_sample=min(1.0, float(_number(env, "HETOBS_OTEL_SAMPLE", "0.01", float, 0.0))),
+        torch_native=_choice(env, "HETOBS_TORCH_NATIVE", "1", ("0", "1", "true", "false")) in ("1", "true"),
     )

@@ -121,19 +121,24 @@ stamp_file="$VENV/.hetobs-install-stamp"
 stamp="$(
     {
         "$VPY" --version 2>&1
+        # hetobs._torch_ext is compiled against the installed torch: a new torch rebuilds.
+        "$VPY" -c 'import importlib.metadata as m; print("torch", m.version("torch"))' 2>/dev/null || true
         cat pyproject.toml
         if [[ -d csrc ]]; then find csrc -type f -print0 | sort -z | xargs -0r sha256sum; fi
         find hetobs cli exporters \( -name '*.py' -o -name '*.pyi' \) -print 2>/dev/null | sort || true
     } | sha256sum | cut -d' ' -f1
 )"
 if [[ "${HETOBS_REBUILD:-0}" != 1 && -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp" ]] &&
-    "$VPY" -c 'import hetobs._core' 2>/dev/null; then
+    "$VPY" -c 'import hetobs._core, torch, hetobs._torch_ext' 2>/dev/null; then
     log "hetobs: editable install up to date"
 else
     log "hetobs: building and installing (editable; build dir build/<wheel tag>)"
     rm -f "$stamp_file"
     pip install -q --no-build-isolation -e '.[test,telemetry]'
     "$VPY" -c 'import hetobs._core' || die "hetobs._core does not import after the build"
+    # torch is installed above, so the C++ torch wrapper must have been built with it.
+    "$VPY" -c 'import torch, hetobs._torch_ext' ||
+        die "hetobs._torch_ext (the C++ torch wrapper) does not import after the build"
     printf '%s\n' "$stamp" >"$stamp_file"
 fi
 log "done"

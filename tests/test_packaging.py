@@ -42,6 +42,8 @@ def test_wheel_layout(wheel: Path) -> None:
     assert "hetobs/cli/__init__.py" in names
     assert "hetobs/exporters/__init__.py" in names
     assert any(re.fullmatch(r"hetobs/_core\.[^/]*\.so", n) for n in names), "no hetobs/_core*.so in the wheel"
+    # Built with the venv's torch (--no-build-isolation): the C++ torch wrapper is in.
+    assert any(re.fullmatch(r"hetobs/_torch_ext\.[^/]*\.so", n) for n in names), "no hetobs/_torch_ext*.so"
     assert not [n for n in names if n.startswith(("cli/", "exporters/"))], "top-level cli/ or exporters/ in the wheel"
     top = {n.split("/", 1)[0] for n in names}
     strays = {t for t in top if t != "hetobs" and not t.endswith((".dist-info", ".data"))}

@@ -1,6 +1,7 @@
 """torch.distributed through hetobs: the native "hetobs" backend and the instrumented
 Gloo wrapper give exactly what plain Gloo gives (4 real ranks each), and the wrapper
-records what it saw."""
+records what it saw. The wrapper runs twice: as hetobs._torch_ext (the C++ c10d
+backend torch dispatches to) and as the Python fallback (HETOBS_TORCH_NATIVE=0)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,18 @@ PROGRAM = Path(__file__).with_name("torch_program.py")
 BODY = f"import runpy; runpy.run_path({str(PROGRAM)!r}, run_name='__main__')"
 
 
-def run(backend: str, tmp_path: Path) -> list[tuple[dict, list[dict] | None]]:
-    with InlineJob(BODY, 4, tmp_path / backend, env={"TORCH_BACKEND": backend}) as job:
+def run(backend: str, tmp_path: Path, env: dict[str, str] | None = None,
+        lines_seen: list[dict[str, str]] | None = None) -> list[tuple[dict, list[dict] | None]]:
+    with InlineJob(BODY, 4, tmp_path / backend, env={"TORCH_BACKEND": backend, **(env or {})}) as job:
         runs = job.wait(120)
     assert all(r.returncode == 0 for r in runs), [r.stderr[-2000:] for r in runs]
     out = []
     for r in runs:
-        lines = dict(line.split(" ", 1) for line in r.stdout.splitlines() if line.startswith(("RESULT", "RECORDS")))
+        lines = dict(line.split(" ", 1) for line in r.stdout.splitlines() if line.startswith(("RESULT", "RECORDS",
+                                                                                                "WRAPPER")))
         out.append((json.loads(lines["RESULT"]), json.loads(lines["RECORDS"]) if "RECORDS" in lines else None))
+        if lines_seen is not None:
+            lines_seen.append(lines)
     return out
 
 
@@ -40,18 +45,124 @@ def test_native_backend_matches_gloo(gloo, tmp_path: Path) -> None:
         assert recs and {r["backend"] for r in recs} == {"native"}
 
 
-def test_gloo_wrapper_matches_gloo_and_records_every_op(gloo, tmp_path: Path) -> None:
-    ours = run("hetobs_gloo", tmp_path)
+@pytest.mark.parametrize("wrapper", ["native", "python"])
+def test_gloo_wrapper_matches_gloo_and_records_every_op(gloo, tmp_path: Path, wrapper: str) -> None:
+    seen: list[dict[str, str]] = []
+    ours = run("hetobs_gloo", tmp_path, {"HETOBS_TORCH_NATIVE": "1" if wrapper == "native" else "0"}, seen)
+    assert {lines["WRAPPER"] for lines in seen} == {wrapper}
     for rank, ((g, _), (h, recs)) in enumerate(zip(gloo, ours)):
         assert h == g, f"rank {rank}"
         wrapped = [r for r in recs if r["backend"] == "gloo"]
         ops = [r["op"] for r in wrapped]
         assert ops[:3] == ["all_reduce"] * 3 and "all_to_all" in ops and "barrier" in ops
+        assert ops.count("send") == 1 + (rank == 0) and ops.count("recv") == 1 + (rank == 1)
         first = wrapped[0]
         assert (first["count"], first["bytes"], first["state"]) == (10, 40, "completed")
         assert first["busbw_gbps"] > 0
         big = [r for r in wrapped if r["count"] == 300000]
         assert big and big[0]["bytes"] == 1_200_000 and big[0]["busbw_gbps"] > 0
-        assert all(r["state"] == "completed" for r in wrapped)
+        # Every record ended: also the all_reduce completed through its future alone.
+        assert [r for r in wrapped if r["state"] != "completed"] == []
         group_ops = {r["comm_id"] for r in wrapped}
         assert len(group_ops) == (2 if rank in (0, 2) else 1)  # the world and new_group([0, 2])
+
+
+def test_the_native_wrapper_is_built_for_this_torch() -> None:
+    # The set-up installs torch before building hetobs, so hetobs._torch_ext must be there;
+    # without it every wrapped op would silently cost ~20 us more.
+    import torch
+
+    from hetobs import _torch_ext
+    from hetobs.torch import native_wrapper
+
+    assert _torch_ext.TORCH_VERSION == torch.__version__
+    assert native_wrapper() is _torch_ext
+
+
+WRAP_BODY = """
+import json, torch, torch.distributed as dist, hetobs
+from hetobs.torch import wrap
+dist.init_process_group("gloo")
+r, n = dist.get_rank(), dist.get_world_size()
+g = wrap(dist.group.WORLD)
+x = torch.arange(4, dtype=torch.float32) + r
+dist.all_reduce(x, group=g)
+y = torch.empty(2 * n)
+dist.all_gather_into_tensor(y, torch.full((2,), float(r)), group=g)
+z = torch.full((3,), float(r))
+dist.broadcast(z, src=1, group=g)
+dist.barrier(group=g)
+recs = [(v["op"], v["count"], v["state"], v["backend"]) for v in hetobs.records()]
+print("OUT " + json.dumps({"x": x.tolist(), "y": y.tolist(), "z": z.tolist(), "recs": recs}), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("wrapper", ["native", "python"])
+def test_wrap_instruments_an_existing_gloo_group(tmp_path: Path, wrapper: str) -> None:
+    with InlineJob(WRAP_BODY, 2, tmp_path, env={"HETOBS_TORCH_NATIVE": "1" if wrapper == "native" else "0"}) as job:
+        runs = job.wait(60)
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-2000:] for r in runs]
+    for r in runs:
+        out = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("OUT "))[4:])
+        assert out["x"] == [1.0, 3.0, 5.0, 7.0]
+        assert out["y"] == [0.0, 0.0, 1.0, 1.0]
+        assert out["z"] == [1.0, 1.0, 1.0]
+        assert [tuple(rec) for rec in out["recs"]] == [
+            ("all_reduce", 4, "completed", "gloo"), ("all_gather", 2, "completed", "gloo"),
+            ("broadcast", 3, "completed", "gloo"), ("barrier", 0, "completed", "gloo")]
+
+
+ERROR_BODY = """
+import torch, torch.distributed as dist, hetobs
+dist.init_process_group("hetobs_gloo")
+try:
+    dist.all_gather_into_tensor(torch.empty(3), torch.ones(2))  # output must hold 2 * world
+except Exception as e:
+    print("RAISED", type(e).__name__, flush=True)
+dist.all_reduce(torch.ones(2))  # the group still works
+for v in hetobs.records():
+    print("REC", v["op"], v["state"], flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_vendor_error_reaches_the_caller_and_ends_the_record_as_failed(tmp_path: Path) -> None:
+    with InlineJob(ERROR_BODY, 1, tmp_path) as job:
+        (run_,) = job.wait(60)
+    assert run_.returncode == 0, run_.stderr[-2000:]
+    lines = run_.stdout.splitlines()
+    assert any(line.startswith("RAISED") for line in lines), run_.stdout
+    assert [line for line in lines if line.startswith("REC")] == ["REC all_gather failed", "REC all_reduce completed"]
+
+
+DEVICE_PATH_BODY = """
+import torch, torch.distributed as dist, hetobs
+from hetobs.torch import wrap
+dist.init_process_group("gloo")
+# No GPU here: a Gloo group wrapped as if it were NCCL drives the device path, where no
+# record ends from a future or an inline wait, only from the completion poller (which
+# asks Work.is_completed(), as it asks the CUDA event of an NCCL op).
+g = wrap(dist.group.WORLD, vendor="nccl")
+works = [dist.all_reduce(torch.ones(1000) * i, group=g, async_op=True) for i in range(20)]
+for w in works:
+    w.get_future().wait()  # the vendor future: completes the op without touching our Work
+del works
+import time
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline:
+    states = [v["state"] for v in hetobs.records()]
+    if states.count("completed") == 20:
+        break
+    time.sleep(0.01)  # polling for the poller's result, bounded by the deadline
+print("STATES", sorted(set(states)), len(states), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_device_ops_are_finished_by_the_completion_poller(tmp_path: Path) -> None:
+    with InlineJob(DEVICE_PATH_BODY, 2, tmp_path) as job:
+        runs = job.wait(60)
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-2000:] for r in runs]
+    for r in runs:
+        assert "STATES ['completed'] 20" in r.stdout, r.stdout

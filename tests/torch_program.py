@@ -60,6 +60,17 @@ elif r == 1:
 w = dist.all_reduce(torch.ones(2) * r, async_op=True)
 w.wait()
 out["async_done"] = w.is_completed()
+# Completed through the future alone (as DDP does): the record must still end.
+fut = dist.all_reduce(torch.ones(2) * r, async_op=True).get_future()
+out["future_only"] = [t.tolist() for t in fut.wait()]
+# Async point-to-point in a ring, and an async reduce_scatter (no future under Gloo).
+sent, got = torch.full((2,), float(r)), torch.empty(2)
+works = [dist.isend(sent, (r + 1) % n), dist.irecv(got, (r - 1) % n)]
+rs3 = torch.empty(1)
+works.append(dist.reduce_scatter_tensor(rs3, torch.arange(n, dtype=torch.float32) + r, async_op=True))
+for w in works:
+    w.wait()
+out["ring"], out["reduce_scatter_async"] = got.tolist(), rs3.tolist()
 g = dist.new_group([0, 2])
 if r in (0, 2):
     t = torch.ones(3) * r
@@ -69,6 +80,9 @@ big = torch.arange(300000, dtype=torch.float32) * (r + 1)
 dist.all_reduce(big)
 out["big_sum"] = float(big.sum())
 print("RESULT " + json.dumps(out, sort_keys=True), flush=True)
+if backend == "hetobs_gloo":
+    cpu = dist.group.WORLD._get_backend(torch.device("cpu")) if hetobs.torch.native_wrapper() else None
+    print("WRAPPER " + ("native" if cpu is not None and cpu.name() == "hetobs_gloo" else "python"), flush=True)
 if backend != "gloo":
     recs = [{k: v[k] for k in ("op", "count", "bytes", "backend", "busbw_gbps", "state", "comm_id")}
             for v in hetobs.records()]

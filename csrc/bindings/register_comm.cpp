@@ -67,6 +67,32 @@ py::dict linkDict(const LinkInfo& l) {
   return d;
 }
 
+// The C table behind ExternalComm._hooks(): how hetobs._torch_ext (built against torch)
+// records into this module's ExternalComm. A reference is a heap shared_ptr.
+using ExternalRef = std::shared_ptr<ExternalComm>;
+
+uint64_t hookBegin(void* c, const ExternalOp* op) {
+  try {
+    return (*static_cast<ExternalRef*>(c))->begin(*op);
+  } catch (const std::exception& e) {  // telemetry never raises into the job
+    HETOBS_WARN("recording a vendor op failed: %s", e.what());
+    return 0;
+  }
+}
+
+void hookEnd(void* c, uint64_t token, bool ok, const char* error) {
+  try {
+    (*static_cast<ExternalRef*>(c))->end(token, ok, error);
+  } catch (const std::exception& e) {
+    HETOBS_WARN("recording the end of a vendor op failed: %s", e.what());
+  }
+}
+
+void* hookRetain(void* c) { return new ExternalRef(*static_cast<ExternalRef*>(c)); }
+void hookRelease(void* c) { delete static_cast<ExternalRef*>(c); }
+
+const ExternalHooks kHooks{kExternalHooksAbi, hookBegin, hookEnd, hookRetain, hookRelease};
+
 }  // namespace
 
 void registerComm(py::module_& m) {
@@ -202,6 +228,17 @@ void registerComm(py::module_& m) {
       .def("end", [](ExternalComm& c, uint64_t token, bool ok, const std::string& error) {
              c.end(token, ok, error.empty() ? nullptr : error.c_str());
            }, py::arg("token"), py::arg("ok") = true, py::arg("error") = "")
+      .def(
+          "_hooks",
+          [](const std::shared_ptr<ExternalComm>& self) {
+            auto* handle = new ExternalHandle{&kHooks, new ExternalRef(self)};
+            return py::capsule(handle, kExternalHooksCapsule, [](PyObject* cap) {
+              auto* h = static_cast<ExternalHandle*>(PyCapsule_GetPointer(cap, kExternalHooksCapsule));
+              h->hooks->release(h->comm);
+              delete h;
+            });
+          },
+          "A capsule through which hetobs._torch_ext records into this communicator.")
       .def_property_readonly("comm_id", &ExternalComm::id)
       .def_property_readonly("rank", &ExternalComm::rank)
       .def_property_readonly("size", &ExternalComm::size);

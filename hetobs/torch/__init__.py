@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from .native_backend import HetobsBackend
-from .wrapped_backend import InstrumentedBackend, wrap
+from .wrapped_backend import InstrumentedBackend, native_wrapper, wrap
 
-__all__ = ["register", "wrap", "HetobsBackend", "InstrumentedBackend"]
+__all__ = ["register", "wrap", "native_wrapper", "HetobsBackend", "InstrumentedBackend"]
 
 _registered = False
 

@@ -4,7 +4,13 @@ hetobs's records, counters, watchdog and dumps.
 Backend names `"hetobs_gloo"` / `"hetobs_nccl"` (no colon: torch reads "a:b" as
 device:backend) create the vendor group and wrap it; `hetobs.torch.wrap(group)` wraps
 a group made elsewhere. Every op is recorded in an ExternalComm (native) before it is
-handed to the vendor group and finished when it completes:
+handed to the vendor group and finished when it completes.
+
+The wrapper is hetobs._torch_ext (C++, csrc/torch_ext/): a c10d Backend that torch
+dispatches to like to Gloo itself, ending each record from the vendor future's
+callback, from wait(), or, for device ops, from a poller asking the op's CUDA event.
+Where that module is missing or was built for another torch, `InstrumentedBackend`
+below does the same in Python (~20 us more per call):
 - CPU tensors: the vendor work is waited on inline, then recorded as done (Gloo's
   Work.get_future() is not implemented for every op, so futures are not chained);
 - CUDA tensors: the work is not waited on (that would synchronise the stream on the
@@ -15,6 +21,7 @@ NCCL is dumped and diagnosed like a native one.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from datetime import timedelta
@@ -24,10 +31,13 @@ import torch
 import torch.distributed as dist
 
 from .. import _connect_through_store, _core, _endpoint
+from ..config import from_env
 from ..comm import Communicator
 from ._common import DTYPE_CODES, OPS, comm_id_for, done, numel, reduction_code
 
-__all__ = ["InstrumentedBackend", "create_gloo", "create_nccl", "wrap"]
+__all__ = ["InstrumentedBackend", "create_gloo", "create_nccl", "wrap", "native_wrapper"]
+
+log = logging.getLogger("hetobs")
 
 _BACKEND_CODES = {"gloo": 1, "nccl": 2, "mpi": 3}
 _OP_CODES = {**OPS, "gather": 9, "scatter": 10}  # recorded kinds beyond the native transport's
@@ -76,6 +86,37 @@ class _Poller:
 _poller: _Poller | None = None
 
 
+class _P2PWork(dist.Work):
+    """A vendor send/recv Work whose record ends at the first wait (or at release)."""
+
+    def __init__(self, ext: Any, inner: Any, token: int) -> None:
+        super().__init__()
+        self._ext, self._inner, self._token = ext, inner, token
+        self._ended = False
+
+    def _end(self, ok: bool, error: str = "") -> None:
+        if not self._ended:
+            self._ended = True
+            self._ext.end(self._token, ok, error)
+
+    def wait(self, timeout: Any = None) -> bool:
+        if self._ended:
+            return True  # waiting twice on a finished Gloo send/recv work blocks forever
+        try:
+            self._inner.wait() if timeout is None else self._inner.wait(timeout)
+        except BaseException as e:
+            self._end(False, f"{type(e).__name__}: {e}"[:90])
+            raise
+        self._end(True)
+        return True
+
+    def is_completed(self) -> bool:
+        return self._ended or bool(self._inner.is_completed())
+
+    def __del__(self) -> None:
+        self._end(False, "work released before it was waited on")
+
+
 class InstrumentedBackend(dist.ProcessGroup):
     def __init__(self, inner: Any, ext: Any, name: str) -> None:
         super().__init__(inner.rank(), inner.size())
@@ -110,6 +151,10 @@ class InstrumentedBackend(dist.ProcessGroup):
                 _poller = _Poller()
             _poller.add(self.ext, work, token)
             return work
+        if op in ("send", "recv"):
+            # Not waited on here: an isend/irecv ring would deadlock (every rank stuck in
+            # its send). The record ends when the caller waits.
+            return _P2PWork(self.ext, work, token)
         try:
             work.wait()
         except BaseException as e:
@@ -184,11 +229,44 @@ class InstrumentedBackend(dist.ProcessGroup):
                          root=opts.rootRank)
 
 
+_NOT_LOADED: Any = object()
+_native: Any = _NOT_LOADED
+
+
+def native_wrapper() -> Any:
+    """hetobs._torch_ext when it was built for the running torch, else None."""
+    global _native
+    if _native is _NOT_LOADED:
+        _native = None
+        if not from_env().torch_native:
+            return None
+        try:
+            from .. import _torch_ext
+        except ImportError as e:  # not built (no torch at build time) or built for another torch
+            log.info("hetobs._torch_ext not loadable (%s): torch wrappers run in Python", e)
+            return None
+        if _torch_ext.TORCH_VERSION != torch.__version__:
+            log.warning("hetobs._torch_ext was built for torch %s, this is %s: torch wrappers run in Python "
+                        "(~20 us more per call); reinstall hetobs to rebuild it", _torch_ext.TORCH_VERSION,
+                        torch.__version__)
+        else:
+            _native = _torch_ext
+    return _native
+
+
+def _instrument(inner: Any, ext: Any, vendor: str) -> Any:
+    """The vendor backend `inner`, recorded in `ext`: a C++ c10d Backend where possible."""
+    native = native_wrapper()
+    if native is not None:
+        return native.instrument(inner, ext._hooks(), f"hetobs_{vendor}", vendor == "nccl")
+    return InstrumentedBackend(inner, ext, f"hetobs_{vendor}")
+
+
 def _external(comm_id: int, world_ranks: list[int], rank: int, vendor: str, device: int, name: str) -> Any:
     return _core.ExternalComm(comm_id, world_ranks, rank, _BACKEND_CODES[vendor], device, name)
 
 
-def _create(vendor: str, opts: Any, backend_options: Any) -> InstrumentedBackend:
+def _create(vendor: str, opts: Any, backend_options: Any) -> Any:
     rank, size = int(opts.group_rank), int(opts.group_size)
     world_ranks = list(opts.global_ranks_in_group) or list(range(size))
     timeout = opts.timeout if isinstance(opts.timeout, timedelta) else timedelta(seconds=1800)
@@ -209,22 +287,22 @@ def _create(vendor: str, opts: Any, backend_options: Any) -> InstrumentedBackend
     else:
         comm_id = comm_id_for(str(opts.group_id))
     ext = _external(comm_id, world_ranks, rank, vendor, device, f"{vendor}:{opts.group_id}")
-    return InstrumentedBackend(inner, ext, f"hetobs_{vendor}")
+    return _instrument(inner, ext, vendor)
 
 
 class _InstrumentedWorld:
     comm: Communicator | None = None  # keeps the job's side channel alive
 
 
-def create_gloo(opts: Any, backend_options: Any = None) -> InstrumentedBackend:
+def create_gloo(opts: Any, backend_options: Any = None) -> Any:
     return _create("gloo", opts, backend_options)
 
 
-def create_nccl(opts: Any, backend_options: Any = None) -> InstrumentedBackend:
+def create_nccl(opts: Any, backend_options: Any = None) -> Any:
     return _create("nccl", opts, backend_options)
 
 
-def wrap(group: Any, vendor: str | None = None) -> InstrumentedBackend:
+def wrap(group: Any, vendor: str | None = None) -> Any:
     """Instrument an existing process group; use the returned group in dist calls instead.
 
     Collective over the group's members (nothing is sent: each member derives the same
@@ -240,7 +318,23 @@ def wrap(group: Any, vendor: str | None = None) -> InstrumentedBackend:
         raise ValueError(f"cannot wrap a {vendor!r} group (gloo, nccl or mpi)")
     device = 1 if vendor == "nccl" else 0
     ext = _external(comm_id_for(f"wrap:{name}"), ranks, group.rank(), vendor, device, f"{vendor}:{name}")
-    wrapped = InstrumentedBackend(group, ext, f"hetobs_{vendor}")
+    native = native_wrapper()
+    if native is None:
+        wrapped = InstrumentedBackend(group, ext, f"hetobs_{vendor}")
+    else:
+        # A ProcessGroup of torch's own whose backends are the group's, instrumented.
+        wrapped = dist.ProcessGroup(group.rank(), group.size())
+        custom = dist.ProcessGroup.BackendType.CUSTOM
+        hooks = ext._hooks()
+        for dev in ("cpu", "cuda"):
+            try:
+                inner = group._get_backend(torch.device(dev))
+            except RuntimeError:  # the group has no backend for this device
+                continue
+            wrapped._register_backend(torch.device(dev), custom,
+                                      native.instrument(inner, hooks, f"hetobs_{vendor}", vendor == "nccl"))
+        wrapped._set_default_backend(custom)
+        wrapped._set_group_name(name)
     w = c10d._world
     w.pg_group_ranks[wrapped] = w.pg_group_ranks[group]
     w.pg_map[wrapped] = w.pg_map[group]

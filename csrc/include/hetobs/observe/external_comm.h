@@ -12,22 +12,12 @@
 #include <vector>
 
 #include "hetobs/common/wire.h"
+#include "hetobs/observe/external_hooks.h"
 #include "hetobs/observe/observed.h"
 #include "hetobs/record/op_record.h"
 #include "hetobs/stats/layout.h"
 
 namespace hetobs {
-
-struct ExternalOp {
-  OpKind op = OpKind::kAllReduce;
-  DType dtype = DType::kFloat32;
-  RedOp redop = RedOp::kSum;
-  int root_or_peer = -1;
-  uint64_t count = 0;
-  uint64_t out_count = 0;
-  uint64_t bytes = 0;
-  int64_t enqueue_ns = 0;  // monotonic; 0 = now
-};
 
 class ExternalComm : public Observed, public std::enable_shared_from_this<ExternalComm> {
  public:

@@ -1,0 +1,265 @@
+#include "instrumented_backend.h"
+
+#include "completion_poller.h"
+#include "instrumented_work.h"
+
+namespace hetobs::torch_ext {
+namespace {
+
+DType dtypeOf(at::ScalarType t) {
+  switch (t) {
+    case at::kChar: return DType::kInt8;
+    case at::kByte: return DType::kUint8;
+    case at::kInt: return DType::kInt32;
+    case at::kLong: return DType::kInt64;
+    case at::kHalf: return DType::kFloat16;
+    case at::kBFloat16: return DType::kBFloat16;
+    case at::kDouble: return DType::kFloat64;
+    default: return DType::kFloat32;  // as the Python wrapper: bytes stay exact, the name is float32
+  }
+}
+
+uint64_t numel(const std::vector<at::Tensor>& ts) {
+  uint64_t n = 0;
+  for (const auto& t : ts) n += uint64_t(t.numel());
+  return n;
+}
+
+uint64_t numel(const std::vector<std::vector<at::Tensor>>& tss) {
+  uint64_t n = 0;
+  for (const auto& ts : tss) n += numel(ts);
+  return n;
+}
+
+}  // namespace
+
+struct InstrumentedBackend::Shape {
+  const at::Tensor* first = nullptr;  // dtype and device of the op
+  uint64_t count = 0, outCount = 0, bytes = 0;
+
+  static Shape of(const std::vector<at::Tensor>& in, std::optional<uint64_t> out = std::nullopt) {
+    Shape s;
+    if (!in.empty()) s.first = &in[0];
+    for (const auto& t : in) {
+      s.count += uint64_t(t.numel());
+      s.bytes += uint64_t(t.numel()) * uint64_t(t.element_size());
+    }
+    s.outCount = out ? *out : s.count;
+    return s;
+  }
+  static Shape of(const at::Tensor& in, uint64_t out) {
+    Shape s;
+    s.first = &in;
+    s.count = uint64_t(in.numel());
+    s.bytes = s.count * uint64_t(in.element_size());
+    s.outCount = out;
+    return s;
+  }
+  static Shape of(const std::vector<std::vector<at::Tensor>>& in, uint64_t out) {
+    Shape s;
+    for (const auto& ts : in) {
+      for (const auto& t : ts) {
+        if (!s.first) s.first = &t;
+        s.count += uint64_t(t.numel());
+        s.bytes += uint64_t(t.numel()) * uint64_t(t.element_size());
+      }
+    }
+    s.outCount = out;
+    return s;
+  }
+};
+
+InstrumentedBackend::InstrumentedBackend(c10::intrusive_ptr<c10d::Backend> inner, const ExternalHandle& external,
+                                         std::string name, bool deviceOps)
+    : c10d::Backend(inner->getRank(), inner->getSize()),
+      inner_(std::move(inner)),
+      external_(external),
+      name_(std::move(name)),
+      deviceOps_(deviceOps) {}
+
+RedOp InstrumentedBackend::redop(const c10d::ReduceOp& op) const {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return RedOp::kSum;
+    case c10d::ReduceOp::PRODUCT: return RedOp::kProd;
+    case c10d::ReduceOp::MIN: return RedOp::kMin;
+    case c10d::ReduceOp::MAX: return RedOp::kMax;
+    case c10d::ReduceOp::AVG: return RedOp::kAvg;
+    default: return RedOp::kOther;  // PREMUL_SUM, BAND, ...: hetobs records "other"
+  }
+}
+
+template <typename Call>
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::run(OpKind op, const Shape& shape, RedOp redop, int rootOrPeer,
+                                                        Call&& call) {
+  ExternalOp rec;
+  rec.op = op;
+  rec.dtype = shape.first ? dtypeOf(shape.first->scalar_type()) : DType::kFloat32;
+  rec.redop = redop;
+  rec.root_or_peer = rootOrPeer;
+  rec.count = shape.count;
+  rec.out_count = shape.outCount;
+  rec.bytes = shape.bytes;
+  bool onDevice = deviceOps_ || (shape.first && !shape.first->is_cpu());
+  uint64_t token = external_.begin(rec);
+  c10::intrusive_ptr<c10d::Work> inner;
+  try {
+    inner = call();
+  } catch (const std::exception& e) {
+    external_.end(token, false, e.what());
+    throw;
+  }
+  if (!inner) {  // a backend that completed the op synchronously
+    external_.end(token, true);
+    return inner;
+  }
+  auto work = c10::make_intrusive<InstrumentedWork>(std::move(inner),
+                                                    c10::intrusive_ptr<InstrumentedBackend>::reclaim_copy(this), token);
+  if (onDevice) {
+    if (!CompletionPoller::instance().watch(work)) {
+      // Table full: the op is still recorded and ends at wait() or release of its Work.
+    }
+  } else if (!noFuture_[size_t(op)].load(std::memory_order_relaxed) && !work->finishFromFuture()) {
+    // Learned once per op kind: asking again would throw (and unwind) on every call.
+    noFuture_[size_t(op)].store(true, std::memory_order_relaxed);
+  }
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                                              const c10d::BroadcastOptions& opts) {
+  return run(OpKind::kBroadcast, Shape::of(tensors), RedOp::kSum, int(opts.rootRank),
+             [&] { return inner_->broadcast(tensors, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allreduce(std::vector<at::Tensor>& tensors,
+                                                              const c10d::AllreduceOptions& opts) {
+  return run(OpKind::kAllReduce, Shape::of(tensors), redop(opts.reduceOp), -1,
+             [&] { return inner_->allreduce(tensors, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                                     const c10d::AllreduceOptions& opts) {
+  return run(OpKind::kAllReduce, Shape::of(tensors), redop(opts.reduceOp), -1,
+             [&] { return inner_->allreduce_sparse(tensors, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                        const c10d::AllreduceCoalescedOptions& opts) {
+  return run(OpKind::kAllReduce, Shape::of(tensors), redop(opts.reduceOp), -1,
+             [&] { return inner_->allreduce_coalesced(tensors, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::reduce(std::vector<at::Tensor>& tensors,
+                                                           const c10d::ReduceOptions& opts) {
+  return run(OpKind::kReduce, Shape::of(tensors), redop(opts.reduceOp), int(opts.rootRank),
+             [&] { return inner_->reduce(tensors, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                              std::vector<at::Tensor>& inputs,
+                                                              const c10d::AllgatherOptions& opts) {
+  return run(OpKind::kAllGather, Shape::of(inputs, numel(outputs)), RedOp::kSum, -1,
+             [&] { return inner_->allgather(outputs, inputs, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                    const c10d::AllgatherOptions& opts) {
+  return run(OpKind::kAllGather, Shape::of(input, uint64_t(output.numel())), RedOp::kSum, -1,
+             [&] { return inner_->_allgather_base(output, input, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                        std::vector<at::Tensor>& inputs,
+                                                                        const c10d::AllgatherOptions& opts) {
+  return run(OpKind::kAllGather, Shape::of(inputs, numel(outputs)), RedOp::kSum, -1,
+             [&] { return inner_->allgather_coalesced(outputs, inputs, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  return run(OpKind::kAllGather, Shape::of(inputs, numel(outputs)), RedOp::kSum, -1,
+             [&] { return inner_->allgather_into_tensor_coalesced(outputs, inputs, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                           std::vector<at::Tensor>& inputs,
+                                                           const c10d::GatherOptions& opts) {
+  return run(OpKind::kGather, Shape::of(inputs, numel(outputs)), RedOp::kSum, int(opts.rootRank),
+             [&] { return inner_->gather(outputs, inputs, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::scatter(std::vector<at::Tensor>& outputs,
+                                                            std::vector<std::vector<at::Tensor>>& inputs,
+                                                            const c10d::ScatterOptions& opts) {
+  // As the Python wrapper: the record's count is what this rank receives.
+  return run(OpKind::kScatter, Shape::of(outputs), RedOp::kSum, int(opts.rootRank),
+             [&] { return inner_->scatter(outputs, inputs, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                                   std::vector<std::vector<at::Tensor>>& inputs,
+                                                                   const c10d::ReduceScatterOptions& opts) {
+  return run(OpKind::kReduceScatter, Shape::of(inputs, numel(outputs)), redop(opts.reduceOp), -1,
+             [&] { return inner_->reduce_scatter(outputs, inputs, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                         const c10d::ReduceScatterOptions& opts) {
+  return run(OpKind::kReduceScatter, Shape::of(input, uint64_t(output.numel())), redop(opts.reduceOp), -1,
+             [&] { return inner_->_reduce_scatter_base(output, input, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  return run(OpKind::kReduceScatter, Shape::of(inputs, numel(outputs)), redop(opts.reduceOp), -1,
+             [&] { return inner_->reduce_scatter_tensor_coalesced(outputs, inputs, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                                  std::vector<int64_t>& outputSplits,
+                                                                  std::vector<int64_t>& inputSplits,
+                                                                  const c10d::AllToAllOptions& opts) {
+  return run(OpKind::kAllToAll, Shape::of(input, uint64_t(output.numel())), RedOp::kSum, -1,
+             [&] { return inner_->alltoall_base(output, input, outputSplits, inputSplits, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::alltoall(std::vector<at::Tensor>& outputs,
+                                                             std::vector<at::Tensor>& inputs,
+                                                             const c10d::AllToAllOptions& opts) {
+  return run(OpKind::kAllToAll, Shape::of(inputs, numel(outputs)), RedOp::kSum, -1,
+             [&] { return inner_->alltoall(outputs, inputs, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+  return run(OpKind::kSend, Shape::of(tensors), RedOp::kSum, dstRank,
+             [&] { return inner_->send(tensors, dstRank, tag); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+  return run(OpKind::kRecv, Shape::of(tensors), RedOp::kSum, srcRank,
+             [&] { return inner_->recv(tensors, srcRank, tag); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  return run(OpKind::kRecv, Shape::of(tensors), RedOp::kSum, -1,
+             [&] { return inner_->recvAnysource(tensors, tag); });
+}
+
+c10::intrusive_ptr<c10d::Work> InstrumentedBackend::barrier(const c10d::BarrierOptions& opts) {
+  return run(OpKind::kBarrier, Shape{}, RedOp::kSum, -1, [&] { return inner_->barrier(opts); });
+}
+
+void InstrumentedBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  ExternalOp rec;
+  rec.op = OpKind::kBarrier;
+  uint64_t token = external_.begin(rec);
+  try {
+    inner_->monitoredBarrier(opts, waitAllRanks);
+  } catch (const std::exception& e) {
+    external_.end(token, false, e.what());
+    throw;
+  }
+  external_.end(token, true);
+}
+
+}  // namespace hetobs::torch_ext
