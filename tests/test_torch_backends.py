@@ -166,3 +166,24 @@ def test_device_ops_are_finished_by_the_completion_poller(tmp_path: Path) -> Non
     assert all(r.returncode == 0 for r in runs), [r.stderr[-2000:] for r in runs]
     for r in runs:
         assert "STATES ['completed'] 20" in r.stdout, r.stdout
+
+
+def test_instrument_refuses_what_is_not_an_external_comm() -> None:
+    import ctypes
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from hetobs import _core, _torch_ext
+
+    inner = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timedelta(seconds=5))
+    with pytest.raises(TypeError):
+        _torch_ext.instrument(inner, object(), "hetobs_gloo", False)
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype, new_capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    foreign = new_capsule(ctypes.addressof(ctypes.c_int(0)), b"someone.else", None)
+    with pytest.raises(TypeError, match="ExternalComm._hooks"):
+        _torch_ext.instrument(inner, foreign, "hetobs_gloo", False)
+    ext = _core.ExternalComm(99, [0], 0, 1, 0, "t")
+    backend = _torch_ext.instrument(inner, ext._hooks(), "hetobs_gloo", False)
+    assert backend.name() == "hetobs_gloo" and (backend.rank(), backend.size()) == (0, 1)
