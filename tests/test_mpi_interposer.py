@@ -97,7 +97,7 @@ def mpi_lib() -> str:
 def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("mpi-bin")
     built = {}
-    for name in ("collectives", "hang", "threads"):
+    for name in ("collectives", "hang", "threads", "topologies"):
         exe = out / name
         subprocess.run(["mpicc", "-O1", "-pthread", "-o", str(exe), str(SOURCES / f"{name}.c")], check=True,
                        timeout=120)
@@ -284,6 +284,46 @@ def test_collectives_records_counters_and_dump(programs: dict[str, Path], mpi_li
     meta = _rank_files(run)
     assert all(m["exited_cleanly"] is True for m in meta.values()), meta
     assert run.segments() == []
+
+
+# tests/mpi/topologies.c: each constructor's communicator carries one op kind.
+TOPOLOGY_COMMS = {  # op kind and calls -> communicator size
+    ("broadcast", 1): 4,  # Cart_create 1-D
+    ("reduce", 1): 4,  # Cart_create 2 x 2
+    ("all_reduce", 2): 2,  # Cart_sub rows of it
+    ("barrier", 1): 4,  # Comm_dup_with_info
+    ("all_to_all", 1): 4,  # Graph_create
+    ("all_gather", 1): 4,  # Dist_graph_create_adjacent
+    (_GATHER, 1): 4,  # Dist_graph_create
+    (_SCATTER, 1): 4,  # Intercomm_merge
+}
+
+
+def test_topology_communicators_are_watched(programs: dict[str, Path], mpi_lib: str, mpirun: Any,
+                                            tmp_path: Path) -> None:
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    run = mpirun(mpi_lib, [programs["topologies"], sync])
+    run.wait_for("every rank to finish its ops", lambda: all((sync / f"ready-{r}").exists() for r in range(NP)))
+    ids: dict[tuple[str, int], set[int]] = {}
+    for path in run.segments():
+        st = stats.read_segment(path, records=50)
+        seen = {}
+        for c in st.comms:
+            used = [(op, k.calls) for op, k in c.ops.items() if k.calls]
+            if c.comm_id == 0 or not used:  # the world; the split that feeds Intercomm_create
+                continue
+            assert len(used) == 1, (st.rank, c.comm_id, used)
+            seen[used[0]] = c.size
+            ids.setdefault(used[0], set()).add(c.comm_id)
+        assert seen == TOPOLOGY_COMMS, f"rank {st.rank}"
+    # Every member derives the same id; the two rows of the grid differ.
+    assert {k: len(v) for k, v in ids.items()} == {k: 2 if k == ("all_reduce", 2) else 1 for k in TOPOLOGY_COMMS}
+    # Size 2: the grid's row (Cart_sub) and the parity split that feeds Intercomm_create.
+    pairs = {r: sorted(c["global_ranks"] for c in m["comms"] if c["size"] == 2) for r, m in _rank_files(run).items()}
+    assert pairs == {0: [[0, 1], [0, 2]], 1: [[0, 1], [1, 3]], 2: [[0, 2], [2, 3]], 3: [[1, 3], [2, 3]]}, pairs
+    (sync / "go").touch()
+    assert run.wait() == 0, run.output()
 
 
 def test_hang_dumps_every_rank_into_one_incident(programs: dict[str, Path], mpi_lib: str, mpirun: Any) -> None:

@@ -550,6 +550,69 @@ HETOBS_MPI_API int MPI_Comm_create_group(MPI_Comm comm, MPI_Group group, int tag
   return rc;
 }
 
+HETOBS_MPI_API int MPI_Comm_dup_with_info(MPI_Comm comm, MPI_Info info, MPI_Comm* newcomm) {
+  int rc = PMPI_Comm_dup_with_info(comm, info, newcomm);
+  if (rc == MPI_SUCCESS && newcomm && gActive.load(std::memory_order_relaxed))
+    onCommCreated(comm, *newcomm, "dup_with_info", 0, true);
+  return rc;
+}
+
+// Virtual topologies are communicators like any other: collectives on them are watched.
+// (Ranks left out of a Cart_create get MPI_COMM_NULL and still count the child.)
+HETOBS_MPI_API int MPI_Cart_create(MPI_Comm comm, int ndims, const int dims[], const int periods[], int reorder,
+                                   MPI_Comm* newcomm) {
+  int rc = PMPI_Cart_create(comm, ndims, dims, periods, reorder, newcomm);
+  if (rc == MPI_SUCCESS && newcomm && gActive.load(std::memory_order_relaxed))
+    onCommCreated(comm, *newcomm, "cart_create", ndims, true);
+  return rc;
+}
+
+HETOBS_MPI_API int MPI_Cart_sub(MPI_Comm comm, const int remain_dims[], MPI_Comm* newcomm) {
+  int rc = PMPI_Cart_sub(comm, remain_dims, newcomm);
+  // Siblings (one per slice) are told apart by their members.
+  if (rc == MPI_SUCCESS && newcomm && gActive.load(std::memory_order_relaxed))
+    onCommCreated(comm, *newcomm, "cart_sub", 0, true);
+  return rc;
+}
+
+HETOBS_MPI_API int MPI_Graph_create(MPI_Comm comm, int nnodes, const int index[], const int edges[], int reorder,
+                                    MPI_Comm* newcomm) {
+  int rc = PMPI_Graph_create(comm, nnodes, index, edges, reorder, newcomm);
+  if (rc == MPI_SUCCESS && newcomm && gActive.load(std::memory_order_relaxed))
+    onCommCreated(comm, *newcomm, "graph_create", nnodes, true);
+  return rc;
+}
+
+HETOBS_MPI_API int MPI_Dist_graph_create_adjacent(MPI_Comm comm, int indegree, const int sources[],
+                                                  const int sourceweights[], int outdegree, const int destinations[],
+                                                  const int destweights[], MPI_Info info, int reorder,
+                                                  MPI_Comm* newcomm) {
+  int rc = PMPI_Dist_graph_create_adjacent(comm, indegree, sources, sourceweights, outdegree, destinations,
+                                           destweights, info, reorder, newcomm);
+  // The degrees differ per rank, so they cannot go into the id every member must agree on.
+  if (rc == MPI_SUCCESS && newcomm && gActive.load(std::memory_order_relaxed))
+    onCommCreated(comm, *newcomm, "dist_graph_create_adjacent", 0, true);
+  return rc;
+}
+
+HETOBS_MPI_API int MPI_Dist_graph_create(MPI_Comm comm, int n, const int sources[], const int degrees[],
+                                         const int destinations[], const int weights[], MPI_Info info, int reorder,
+                                         MPI_Comm* newcomm) {
+  int rc = PMPI_Dist_graph_create(comm, n, sources, degrees, destinations, weights, info, reorder, newcomm);
+  if (rc == MPI_SUCCESS && newcomm && gActive.load(std::memory_order_relaxed))
+    onCommCreated(comm, *newcomm, "dist_graph_create", 0, true);
+  return rc;
+}
+
+HETOBS_MPI_API int MPI_Intercomm_merge(MPI_Comm intercomm, int high, MPI_Comm* newcomm) {
+  int rc = PMPI_Intercomm_merge(intercomm, high, newcomm);
+  // The intercommunicator itself is not watched, so the merged one is derived from the
+  // world and counted per member set (`high` differs between the two sides: not in the id).
+  if (rc == MPI_SUCCESS && newcomm && gActive.load(std::memory_order_relaxed))
+    onCommCreated(MPI_COMM_WORLD, *newcomm, "intercomm_merge", 0, false);
+  return rc;
+}
+
 HETOBS_MPI_API int MPI_Comm_free(MPI_Comm* comm) {
   if (comm && gActive.load(std::memory_order_relaxed)) {
     try {
