@@ -1,5 +1,6 @@
 """A hang under the instrumented Gloo backend ("hetobs_gloo") is dumped by the watchdog
-and diagnosed like a native one: the rank stuck in Python is named, with its stack."""
+and diagnosed like a native one: the rank stuck in Python is named, with its stack. Both
+the C++ wrapper (hetobs._torch_ext) and the Python fallback."""
 
 from __future__ import annotations
 
@@ -28,8 +29,10 @@ dist.destroy_process_group()
 """
 
 
-def test_hang_under_the_gloo_wrapper_names_the_sleeping_rank(tmp_path: Path) -> None:
-    with InlineJob(BODY, 3, tmp_path, env={"HETOBS_HANG_TIMEOUT": "1"}) as job:
+@pytest.mark.parametrize("wrapper", ["native", "python"])
+def test_hang_under_the_gloo_wrapper_names_the_sleeping_rank(tmp_path: Path, wrapper: str) -> None:
+    env = {"HETOBS_HANG_TIMEOUT": "1", "HETOBS_TORCH_NATIVE": "1" if wrapper == "native" else "0"}
+    with InlineJob(BODY, 3, tmp_path, env=env) as job:
         runs = job.wait(90)
     assert all(r.returncode == 0 for r in runs), [r.stderr[-1500:] for r in runs]
     report = diagnose(Options(job_dir=job.dir / job.job_id))
