@@ -141,6 +141,55 @@ def test_killed_rank_others_dump_with_reason_error_then_raise(tmp_path: Path) ->
         assert runs[r].stdout.startswith("RAISED PeerError") and "rank 2" in runs[r].stdout
 
 
+PEER_ASKED_FIRST = """
+import numpy as np, hetobs, os, signal, time
+comm = hetobs.init()
+x = np.ones(1000, np.float32)
+for _ in range(5):
+    comm.all_reduce(x)
+sync = os.environ["SYNC"]
+open(os.path.join(sync, f"ready-{comm.rank}"), "w").close()
+deadline = time.monotonic() + 30
+while not os.path.exists(os.path.join(sync, "go")) and time.monotonic() < deadline:
+    time.sleep(0.01)
+if comm.rank == 2:
+    os.kill(os.getpid(), signal.SIGKILL)
+try:
+    comm.all_reduce(x)
+except hetobs.HetobsError as e:
+    print("RAISED", type(e).__name__, flush=True)
+"""
+
+
+def test_own_error_dump_replaces_the_one_taken_at_a_peers_request(tmp_path: Path) -> None:
+    # Two survivors of one failure ask each other for dumps; the one asked first has
+    # already dumped "peer_request" when its own op fails. Its error dump must still land
+    # (it names what this rank saw), replacing the first: made deterministic here by
+    # asking rank 1, as rank 0 would, before rank 2 dies.
+    from hetobs import _core, jobs
+
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    with InlineJob(PEER_ASKED_FIRST, 3, tmp_path, env={"SYNC": str(sync)}) as job:
+        wait_for(lambda: all((sync / f"ready-{r}").exists() for r in range(3)), 30, "every rank ready")
+        rank1 = jobs.read_ranks(str(job.dir / job.job_id))[1].data
+        world = next(c for c in stats.read_segment(rank1["stats_segment"]).comms if c.comm_id == 0)
+        incident = f"error-c0-s{world.coll_seq + 1}"  # where rank 1's next op will fail
+        sc = rank1["side_channel"]
+        reply = _core.side_channel_request(sc["ip"], sc["port"], job.job_id, "",
+                                           f"dump\n{incident}\npeer_request\n0\nrank 0 lost rank 2", 5.0)
+        assert reply.startswith("ok"), reply
+        path = job.dir / job.job_id / "incidents" / incident / "rank-1.json"
+        wait_for(path.exists, 20, "rank 1's dump at rank 0's request")
+        assert json.loads(path.read_text())["reason"] == "peer_request"
+        (sync / "go").touch()
+        runs = job.wait(60)
+    assert [r.stdout.strip() for r in runs[:2]] == ["RAISED PeerError"] * 2, [r.stderr[-2000:] for r in runs]
+    own = json.loads(path.read_text())
+    assert (own["reason"], own["requested_by"]) == ("error", None)
+    assert "rank 2" in own["cause"] and 2 in own["side_channel"]["unanswered"]
+
+
 HEALTHY = """
 import numpy as np, hetobs, os, sys
 comm = hetobs.init()

@@ -112,11 +112,18 @@ std::string Runtime::collectStacks(std::string* status) {
 
 std::string Runtime::dump(const DumpRequest& req) {
   try {
+    bool replace = false;
     {
       std::unique_lock<std::mutex> lk(mu_);
       if (!dumped_.emplace(req.incident, false).second) {
         waitForDump(lk, req.incident, kDumpWaitNs);
-        return "";
+        // Two survivors of one failure ask each other: whichever asks first makes the other
+        // dump "peer_request"; the other's own error then replaces that dump.
+        if (req.reason != "error" || !dumped_[req.incident] || !dumpedForPeer_.erase(req.incident)) return "";
+        dumped_[req.incident] = false;
+        replace = true;
+      } else if (req.reason == "peer_request") {
+        dumpedForPeer_.insert(req.incident);
       }
     }
     struct Done {  // mark the incident written (or given up) whatever happens below
@@ -162,7 +169,7 @@ std::string Runtime::dump(const DumpRequest& req) {
     std::string stacks = collectStacks(&status);
     w.key("python").beginObject().field("status", status).field("stacks", stacks).endObject();
     w.endObject();
-    if (!jobDir_.writeDump(req.incident, cfg_.rank, w.str())) return "";
+    if (!jobDir_.writeDump(req.incident, cfg_.rank, w.str(), replace)) return "";
     stats_->header()->dumps_written.fetch_add(1);
     std::string path = jobDir_.dumpFile(req.incident, cfg_.rank);
     HETOBS_INFO("dumped %s (%s)", path.c_str(), req.reason.c_str());

@@ -46,9 +46,9 @@ void JobDir::writeRankMetadata(int rank, const std::string& json) const {
   atomicWrite(rankFile(rank), json, false);
 }
 
-bool JobDir::writeDump(const std::string& incident, int rank, const std::string& json) const {
+bool JobDir::writeDump(const std::string& incident, int rank, const std::string& json, bool replace) const {
   mkdirs(incidentDir(incident));
-  return atomicWrite(dumpFile(incident, rank), json, true);
+  return atomicWrite(dumpFile(incident, rank), json, !replace);
 }
 
 bool atomicWrite(const std::string& path, const std::string& data, bool exclusive) {

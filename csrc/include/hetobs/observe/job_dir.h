@@ -20,8 +20,9 @@ class JobDir {
   // Replace the metadata file atomically.
   void writeRankMetadata(int rank, const std::string& json) const;
   // Write a dump; returns false (and writes nothing) if this rank already has one in
-  // that incident. Throws Error on I/O failure.
-  bool writeDump(const std::string& incident, int rank, const std::string& json) const;
+  // that incident, unless `replace` (a rank's own error dump replacing the one it wrote at
+  // a peer's request). Throws Error on I/O failure.
+  bool writeDump(const std::string& incident, int rank, const std::string& json, bool replace = false) const;
 
  private:
   std::string root_, job_, path_;

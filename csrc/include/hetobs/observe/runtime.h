@@ -113,6 +113,9 @@ class Runtime {
   // incident being written waits for it: an erroring op thread must not return (and let
   // the process exit) while the watchdog thread is still writing that incident's dump.
   std::map<std::string, bool> dumped_;
+  // Incidents whose dump this rank wrote at a peer's request: its own error on the same
+  // incident replaces that dump, so the file says what this rank saw (its cause).
+  std::set<std::string> dumpedForPeer_;
   std::condition_variable dumpedCv_;
   bool waitForDump(std::unique_lock<std::mutex>& lk, const std::string& incident, int64_t timeoutNs);
   std::set<std::string> hangsReported_;
