@@ -47,7 +47,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("HETOBS_DEBUG", "WARN", "Native log level: ERROR, WARN, INFO or DEBUG (to stderr)."),
     Setting("HETOBS_TRACEBACK", "0", "1: `hetobs` commands print the Python traceback with an error."),
     Setting("HETOBS_REBUILD", "0", "1: scripts/setup.sh rebuilds the native core even when nothing changed."),
-    Setting("HETOBS_TORCH_NATIVE", "1", "0: \"hetobs_gloo\", \"hetobs_nccl\" and wrap() run as a Python process group even where hetobs._torch_ext is built (~20 us more per call; for comparison and debugging)."),
+    Setting("HETOBS_TORCH_NATIVE", "1", "0: \"hetobs_gloo\", \"hetobs_nccl\" and wrap() run as a Python process group even where hetobs._torch_ext is built (~25 us more per call; for comparison and debugging)."),
     Setting("HETOBS_OTEL_SAMPLE", "0.01", "Fraction of collectives exported as OpenTelemetry spans (0..1; chosen per communicator and sequence id, so every rank keeps the same ones)."),
 )
 

@@ -7,7 +7,7 @@ vendor group, recording each op in the same ExternalComm.
   an isend/irecv ring);
 - CUDA tensors: the work is not waited on (that would synchronise the stream on the
   hot path); a poller thread asks Work.is_completed() and records completion.
-It costs ~20 us more per call than the C++ wrapper (docs/PERF.md).
+It costs ~20-35 us more per call than the C++ wrapper (docs/PERF.md).
 """
 
 from __future__ import annotations

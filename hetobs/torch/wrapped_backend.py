@@ -10,7 +10,7 @@ The wrapper is hetobs._torch_ext (C++, csrc/torch_ext/): a c10d Backend that tor
 dispatches to like to Gloo itself, ending each record from the vendor future's
 callback, from wait(), or, for device ops, from a poller asking the op's CUDA event.
 Where that module is missing or was built for another torch, the Python fallback in
-python_wrapper.py does the same (~20 us more per call). While an op waits, the native
+python_wrapper.py does the same (~25 us more per call). While an op waits, the native
 watchdog sees it in flight, so a hang inside Gloo or NCCL is dumped and diagnosed like
 a native one.
 """
@@ -55,7 +55,7 @@ def native_wrapper() -> Any:
             return None
         if _torch_ext.TORCH_VERSION != torch.__version__:
             log.warning("hetobs._torch_ext was built for torch %s, this is %s: torch wrappers run in Python "
-                        "(~20 us more per call); reinstall hetobs to rebuild it", _torch_ext.TORCH_VERSION,
+                        "(~25 us more per call); reinstall hetobs to rebuild it", _torch_ext.TORCH_VERSION,
                         torch.__version__)
         else:
             _native = _torch_ext
