@@ -26,6 +26,14 @@ list(GET HETOBS_TORCH_INFO 1 HETOBS_TORCH_INCLUDES)
 list(GET HETOBS_TORCH_INFO 2 HETOBS_TORCH_LIBDIR)
 list(GET HETOBS_TORCH_INFO 3 HETOBS_TORCH_CXX11_ABI)
 string(REPLACE "," ";" HETOBS_TORCH_INCLUDES "${HETOBS_TORCH_INCLUDES}")
+# The c10d Backend virtuals it overrides are those of torch 2.13 (the version it is tested
+# with); another torch may lack or rename one, and a compile error would fail the whole
+# install. So AUTO builds it for 2.13.x only; ON tries any version.
+if(NOT HETOBS_TORCH_EXT STREQUAL "ON" AND NOT HETOBS_TORCH_VERSION MATCHES "^2\\.13\\.")
+  message(STATUS "hetobs: torch ${HETOBS_TORCH_VERSION} is not 2.13.x: hetobs._torch_ext is not built "
+                 "(the torch wrappers run in Python; -DHETOBS_TORCH_EXT=ON tries anyway)")
+  return()
+endif()
 message(STATUS "hetobs: building hetobs._torch_ext against torch ${HETOBS_TORCH_VERSION}")
 
 # WITH_SOABI: named like every CPython extension, so a module built for another Python
