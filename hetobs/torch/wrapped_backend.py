@@ -50,8 +50,9 @@ def native_wrapper() -> Any:
             return None
         try:
             from .. import _torch_ext
-        except ImportError as e:  # not built (no torch at build time) or built for another torch
-            log.info("hetobs._torch_ext not loadable (%s): torch wrappers run in Python", e)
+        except ImportError as e:  # not built (no torch 2.13 at build time), or cannot load
+            log.warning("hetobs._torch_ext is not available (%s): torch wrappers run in Python (~25 us more per "
+                        "call); reinstall hetobs with torch 2.13 installed to build it", e)
             return None
         if _torch_ext.TORCH_VERSION != torch.__version__:
             log.warning("hetobs._torch_ext was built for torch %s, this is %s: torch wrappers run in Python "
