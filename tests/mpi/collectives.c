@@ -13,16 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures = 0;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      fprintf(stderr, "rank %d: check failed: ", rank);    \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, "\n");                               \
-      failures++;                                          \
-    }                                                      \
-  } while (0)
+#include "test_support.h"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -157,14 +148,7 @@ int main(int argc, char** argv) {
   MPI_Comm_free(&dup);
   MPI_Comm_free(&half);
 
-  if (argc > 1) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/ready-%d", argv[1], rank);
-    FILE* fp = fopen(path, "w");
-    if (fp) fclose(fp);
-    snprintf(path, sizeof path, "%s/go", argv[1]);
-    for (int i = 0; i < 12000 && access(path, F_OK) != 0; ++i) usleep(10000);
-  }
+  if (argc > 1) hold_until_go(argv[1], rank);
   MPI_Finalize();
   if (failures) fprintf(stderr, "rank %d: %d checks failed\n", rank, failures);
   return failures ? 1 : 0;

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "test_support.h"
+
 static int iters = 100, rank, n, bad = 0;
 static MPI_Comm comms[2];
 
@@ -50,14 +52,7 @@ int main(int argc, char** argv) {
   pthread_t t[2];
   for (long i = 0; i < 2; ++i) pthread_create(&t[i], NULL, work, (void*)i);
   for (int i = 0; i < 2; ++i) pthread_join(t[i], NULL);
-  if (argc > 2) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/ready-%d", argv[2], rank);
-    FILE* fp = fopen(path, "w");
-    if (fp) fclose(fp);
-    snprintf(path, sizeof path, "%s/go", argv[2]);
-    for (int i = 0; i < 12000 && access(path, F_OK) != 0; ++i) usleep(10000);
-  }
+  if (argc > 2) hold_until_go(argv[2], rank);
   MPI_Comm_free(&comms[0]);
   MPI_Comm_free(&comms[1]);
   MPI_Finalize();
