@@ -207,12 +207,19 @@ def _rank_files(run: MpiRun) -> dict[int, dict[str, Any]]:
     return {r: rf.data for r, rf in ranks.items() if rf.data is not None}
 
 
-def test_collectives_records_counters_and_dump(programs: dict[str, Path], mpi_lib: str, mpirun: Any,
-                                               tmp_path: Path) -> None:
+def _start_held(mpirun: Any, lib: str, program: Path, tmp_path: Path) -> tuple[MpiRun, Path]:
+    """Run `program SYNC_DIR` and wait until every rank is done with its ops and holds before
+    MPI_Finalize (tests/mpi/test_support.h); touching SYNC_DIR/go lets them finish."""
     sync = tmp_path / "sync"
     sync.mkdir()
-    run = mpirun(mpi_lib, [programs["collectives"], sync])
+    run = mpirun(lib, [program, sync])
     run.wait_for("every rank to finish its ops", lambda: all((sync / f"ready-{r}").exists() for r in range(NP)))
+    return run, sync
+
+
+def test_collectives_records_counters_and_dump(programs: dict[str, Path], mpi_lib: str, mpirun: Any,
+                                               tmp_path: Path) -> None:
+    run, sync = _start_held(mpirun, mpi_lib, programs["collectives"], tmp_path)
 
     # Rank metadata: written at start, one per rank, the world communicator backed by MPI.
     meta = _rank_files(run)
@@ -301,10 +308,7 @@ TOPOLOGY_COMMS = {  # op kind and calls -> communicator size
 
 def test_topology_communicators_are_watched(programs: dict[str, Path], mpi_lib: str, mpirun: Any,
                                             tmp_path: Path) -> None:
-    sync = tmp_path / "sync"
-    sync.mkdir()
-    run = mpirun(mpi_lib, [programs["topologies"], sync])
-    run.wait_for("every rank to finish its ops", lambda: all((sync / f"ready-{r}").exists() for r in range(NP)))
+    run, sync = _start_held(mpirun, mpi_lib, programs["topologies"], tmp_path)
     ids: dict[tuple[str, int], set[int]] = {}
     for path in run.segments():
         st = stats.read_segment(path, records=50)
