@@ -8,6 +8,7 @@
  *   Dist_graph_create_adjacent (4) -> 1 x MPI_Allgather
  *   Dist_graph_create (4)          -> 1 x MPI_Gather
  *   Intercomm_merge of the two halves' intercommunicator (4) -> 1 x MPI_Scatter
+ *   Comm_idup (4), a Comm_dup made before its request completes -> 1 x MPI_Reduce_scatter_block
  * Then, with a directory argument: writes ready-<rank> and waits for "go" before
  * MPI_Finalize, so the test can read the live segments. */
 #include <mpi.h>
@@ -68,6 +69,17 @@ int main(int argc, char** argv) {
   int parts[4] = {10, 11, 12, 13}, part = -1;
   MPI_Scatter(parts, 1, MPI_INT, &part, 1, MPI_INT, 0, merged);
   CHECK(part >= 10 && part <= 13, "merged scatter got %d", part);
+
+  /* The idup's request completes after another child of the world was made: its id must
+   * still come from its place in call order, the same on every rank. */
+  MPI_Comm idup, later;
+  MPI_Request req;
+  MPI_Comm_idup(MPI_COMM_WORLD, &idup, &req);
+  MPI_Comm_dup(MPI_COMM_WORLD, &later);
+  MPI_Wait(&req, MPI_STATUS_IGNORE);
+  double rs_in[4] = {1, 1, 1, 1}, rs_out = 0;
+  MPI_Reduce_scatter_block(rs_in, &rs_out, 1, MPI_DOUBLE, MPI_SUM, idup);
+  CHECK(rs_out == 4.0, "idup reduce_scatter got %f", rs_out);
 
   if (argc > 1) hold_until_go(argv[1], rank);
   MPI_Finalize();

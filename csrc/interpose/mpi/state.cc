@@ -160,7 +160,8 @@ bool putRequest(uint64_t key, ExternalComm* comm, uint64_t token) {
 void trackRequest(MPI_Request req, ExternalComm* comm, uint64_t token) {
   uint64_t key = handleKey(req);
   if (key != 0 && key != handleKey(MPI_REQUEST_NULL) && putRequest(key, comm, token)) return;
-  comm->end(token, true);  // untrackable: recorded, completion time = issue time
+  if (comm == kIdupRequest) finishIdup(token, false);  // untrackable: the child stays unwatched
+  else comm->end(token, true);  // untrackable: recorded, completion time = issue time
 }
 
 bool takeRequest(MPI_Request req, Pending* out) {
@@ -190,7 +191,9 @@ bool takeRequest(MPI_Request req, Pending* out) {
 }
 
 void untakeRequest(const Pending& p) {
-  if (!putRequest(p.key, p.comm, p.token)) p.comm->end(p.token, true);
+  if (putRequest(p.key, p.comm, p.token)) return;
+  if (p.comm == kIdupRequest) finishIdup(p.token, false);
+  else p.comm->end(p.token, true);
 }
 
 TypeInfo typeInfo(MPI_Datatype t) {
@@ -225,52 +228,109 @@ RedOp redOpOf(MPI_Op op) {
   return RedOp(uint8_t(RedOp::kAvg) + 1);
 }
 
+namespace {
+
+// Watch `child`, the `nth` child of the communicator `parentId` (0: count it per member
+// set instead, for constructors only the members call).
+void watchChild(uint64_t parentId, MPI_Comm child, const char* kind, int64_t salt, uint64_t nth) {
+  if (child == MPI_COMM_NULL) return;
+  int inter = 0;
+  PMPI_Comm_test_inter(child, &inter);
+  if (inter) return;  // intercommunicators are passed through unwatched
+  int size = 0, rank = 0;
+  PMPI_Comm_size(child, &size);
+  PMPI_Comm_rank(child, &rank);
+  MPI_Group g, wg;
+  PMPI_Comm_group(child, &g);
+  PMPI_Comm_group(MPI_COMM_WORLD, &wg);
+  std::vector<int> local(static_cast<size_t>(size)), globals(static_cast<size_t>(size));
+  for (int i = 0; i < size; ++i) local[size_t(i)] = i;
+  PMPI_Group_translate_ranks(g, size, local.data(), wg, globals.data());
+  PMPI_Group_free(&g);
+  PMPI_Group_free(&wg);
+  // Every member derives the same id: the parent's id, which child of it this is, how
+  // it was made, and who is in it (disjoint siblings of one split differ by members).
+  uint64_t h = 0xcbf29ce484222325ULL;
+  h = fnv(h, parentId);
+  for (const char* c = kind; *c; ++c) h = fnv(h, uint64_t(uint8_t(*c)));
+  h = fnv(h, uint64_t(salt));
+  for (int gr : globals) h = fnv(h, uint64_t(uint32_t(gr)));
+  if (nth == 0) {
+    // Only the members call it (MPI_Comm_create_group): count per (parent, members, tag).
+    std::lock_guard<std::mutex> g1(gMu);
+    static auto* counts = new std::map<uint64_t, uint64_t>();
+    nth = ++(*counts)[h];
+  }
+  h = fnv(h, nth);
+  uint64_t id = mixKey(h) & ((1ULL << 52) - 1);  // JSON-safe, and below the torch vendor world (1 << 52)
+  if (id == 0) id = 1;
+  std::string name = strFormat("mpi:%s(c%llu#%llu)", kind, (unsigned long long)parentId, (unsigned long long)nth);
+  std::lock_guard<std::mutex> g2(gMu);
+  CommEntry* e = newEntry(id, std::move(globals), rank, name);
+  if (!putComm(handleKey(child), e))
+    HETOBS_WARN("more than %zu MPI communicators: %s is not watched", kCommSlots, name.c_str());
+}
+
+CommEntry* entryOf(MPI_Comm c) { return c == MPI_COMM_WORLD ? gWorld : findComm(handleKey(c)); }
+
+// Comm_idup's children between the call and the completion of its request.
+struct ParkedIdup {
+  std::atomic<bool> used{false};
+  uint64_t parentId = 0;
+  uint64_t nth = 0;
+  MPI_Comm* out = nullptr;
+};
+constexpr size_t kParkedIdups = 64;
+ParkedIdup gIdups[kParkedIdups];
+// The "communicator" of a parked idup's request entry: never dereferenced, only compared.
+char gIdupTag;
+
+}  // namespace
+
+ExternalComm* const kIdupRequest = reinterpret_cast<ExternalComm*>(&gIdupTag);
+
 void onCommCreated(MPI_Comm parent, MPI_Comm child, const char* kind, int64_t salt, bool collectiveOnParent) {
   if (!gActive.load(std::memory_order_acquire)) return;
   try {
-    CommEntry* p = parent == MPI_COMM_WORLD ? gWorld : findComm(handleKey(parent));
+    CommEntry* p = entryOf(parent);
     // Every member of the parent calls the constructor, so its count of children is the
     // same on all of them (also on ranks that get MPI_COMM_NULL: they count too).
     uint64_t nth = (p && collectiveOnParent) ? p->children.fetch_add(1) + 1 : 0;
-    if (!p || child == MPI_COMM_NULL) return;
-    int inter = 0;
-    PMPI_Comm_test_inter(child, &inter);
-    if (inter) return;  // intercommunicators are passed through unwatched
-    int size = 0, rank = 0;
-    PMPI_Comm_size(child, &size);
-    PMPI_Comm_rank(child, &rank);
-    MPI_Group g, wg;
-    PMPI_Comm_group(child, &g);
-    PMPI_Comm_group(MPI_COMM_WORLD, &wg);
-    std::vector<int> local(static_cast<size_t>(size)), globals(static_cast<size_t>(size));
-    for (int i = 0; i < size; ++i) local[size_t(i)] = i;
-    PMPI_Group_translate_ranks(g, size, local.data(), wg, globals.data());
-    PMPI_Group_free(&g);
-    PMPI_Group_free(&wg);
-    // Every member derives the same id: the parent's id, which child of it this is, how
-    // it was made, and who is in it (disjoint siblings of one split differ by members).
-    uint64_t h = 0xcbf29ce484222325ULL;
-    h = fnv(h, p->id);
-    for (const char* c = kind; *c; ++c) h = fnv(h, uint64_t(uint8_t(*c)));
-    h = fnv(h, uint64_t(salt));
-    for (int gr : globals) h = fnv(h, uint64_t(uint32_t(gr)));
-    if (!collectiveOnParent) {
-      // Only the members call it (MPI_Comm_create_group): count per (parent, members, tag).
-      std::lock_guard<std::mutex> g1(gMu);
-      static auto* counts = new std::map<uint64_t, uint64_t>();
-      nth = ++(*counts)[h];
-    }
-    h = fnv(h, nth);
-    uint64_t id = mixKey(h) & ((1ULL << 52) - 1);  // JSON-safe, and below the torch vendor world (1 << 52)
-    if (id == 0) id = 1;
-    std::string name = strFormat("mpi:%s(c%llu#%llu)", kind, (unsigned long long)p->id, (unsigned long long)nth);
-    std::lock_guard<std::mutex> g2(gMu);
-    CommEntry* e = newEntry(id, std::move(globals), rank, name);
-    if (!putComm(handleKey(child), e))
-      HETOBS_WARN("more than %zu MPI communicators: %s is not watched", kCommSlots, name.c_str());
+    if (p) watchChild(p->id, child, kind, salt, nth);
   } catch (const std::exception& e) {
     HETOBS_WARN("cannot watch a new MPI communicator: %s", e.what());
   }
+}
+
+uint64_t parkIdup(MPI_Comm parent, MPI_Comm* out) {
+  if (!gActive.load(std::memory_order_acquire) || !out) return 0;
+  CommEntry* p = entryOf(parent);
+  if (!p) return 0;
+  // Its place among the parent's children is taken now, in call order, which every member
+  // shares; completions may come in any order.
+  uint64_t nth = p->children.fetch_add(1) + 1;
+  for (size_t i = 0; i < kParkedIdups; ++i) {
+    bool free = false;
+    if (gIdups[i].used.compare_exchange_strong(free, true, std::memory_order_acq_rel)) {
+      gIdups[i].parentId = p->id;
+      gIdups[i].nth = nth;
+      gIdups[i].out = out;
+      return i + 1;
+    }
+  }
+  HETOBS_WARN("more than %zu MPI_Comm_idup pending: the new communicator is not watched", kParkedIdups);
+  return 0;
+}
+
+void finishIdup(uint64_t token, bool created) {
+  if (token == 0 || token > kParkedIdups) return;
+  ParkedIdup& slot = gIdups[token - 1];
+  try {
+    if (created) watchChild(slot.parentId, *slot.out, "idup", 0, slot.nth);
+  } catch (const std::exception& e) {
+    HETOBS_WARN("cannot watch a new MPI communicator: %s", e.what());
+  }
+  slot.used.store(false, std::memory_order_release);
 }
 
 void onCommFree(MPI_Comm c) {

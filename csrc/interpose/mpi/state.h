@@ -65,6 +65,13 @@ inline CommEntry* commFor(MPI_Comm c) {
 void onCommCreated(MPI_Comm parent, MPI_Comm child, const char* kind, int64_t salt, bool collectiveOnParent);
 // Before MPI_Comm_free: stop watching (the entry stays alive while ops are in flight).
 void onCommFree(MPI_Comm c);
+// MPI_Comm_idup: the new communicator exists only once its request completes. The call
+// takes the child's place under the parent and parks `out`; the request is tracked with
+// kIdupRequest as its "communicator" and the returned token (0: not watched), and its
+// completion calls finishIdup (created: the request completed successfully).
+extern ExternalComm* const kIdupRequest;
+uint64_t parkIdup(MPI_Comm parent, MPI_Comm* out);
+void finishIdup(uint64_t token, bool created);
 
 // --- nonblocking requests ----------------------------------------------------------
 struct Pending {

@@ -75,6 +75,13 @@ inline uint64_t sum(const int* counts, int n) {
 
 inline uint64_t u(int v) { return v > 0 ? uint64_t(v) : 0; }
 
+// A tracked request completed (or was freed): end its op, or watch the communicator an
+// MPI_Comm_idup made.
+inline void finishRequest(const Pending& p, int rc, bool completed = true) noexcept {
+  if (p.comm == kIdupRequest) finishIdup(p.token, completed && rc == MPI_SUCCESS);
+  else endOp(p.comm, p.token, rc);
+}
+
 // A nonblocking op issued: remember its request, or end it now if the call failed.
 inline int issued(ExternalComm* x, uint64_t tok, int rc, MPI_Request* req) {
   if (rc == MPI_SUCCESS && req) trackRequest(*req, x, tok);
@@ -102,7 +109,7 @@ class Taken {
   void settle(MPI_Request* reqs, int rc) {
     for (int k = 0; k < used_; ++k) {
       const Slot& s = items_[k];
-      if (reqs[s.index] == MPI_REQUEST_NULL) endOp(s.p.comm, s.p.token, rc == MPI_ERR_IN_STATUS ? MPI_SUCCESS : rc);
+      if (reqs[s.index] == MPI_REQUEST_NULL) finishRequest(s.p, rc == MPI_ERR_IN_STATUS ? MPI_SUCCESS : rc);
       else untakeRequest(s.p);
     }
   }
@@ -445,7 +452,7 @@ HETOBS_MPI_API int MPI_Wait(MPI_Request* req, MPI_Status* status) {
   bool tracked = req && gActive.load(std::memory_order_relaxed) && takeRequest(*req, &p);
   int rc = PMPI_Wait(req, status);
   if (tracked) {
-    if (*req == MPI_REQUEST_NULL) endOp(p.comm, p.token, rc);
+    if (*req == MPI_REQUEST_NULL) finishRequest(p, rc);
     else untakeRequest(p);
   }
   return rc;
@@ -456,7 +463,7 @@ HETOBS_MPI_API int MPI_Test(MPI_Request* req, int* flag, MPI_Status* status) {
   bool tracked = req && gActive.load(std::memory_order_relaxed) && takeRequest(*req, &p);
   int rc = PMPI_Test(req, flag, status);
   if (tracked) {
-    if (*req == MPI_REQUEST_NULL) endOp(p.comm, p.token, rc);
+    if (*req == MPI_REQUEST_NULL) finishRequest(p, rc);
     else untakeRequest(p);
   }
   return rc;
@@ -509,7 +516,8 @@ HETOBS_MPI_API int MPI_Request_free(MPI_Request* req) {
   bool tracked = req && gActive.load(std::memory_order_relaxed) && takeRequest(*req, &p);
   int rc = PMPI_Request_free(req);
   // The op completes some time later, unseen: it is closed now so it is never taken for a hang.
-  if (tracked) endOp(p.comm, p.token, rc);
+  // (An MPI_Comm_idup freed this way makes a communicator this rank never learns is ready.)
+  if (tracked) finishRequest(p, rc, /*completed=*/false);
   return rc;
 }
 
@@ -601,6 +609,15 @@ HETOBS_MPI_API int MPI_Dist_graph_create(MPI_Comm comm, int n, const int sources
   int rc = PMPI_Dist_graph_create(comm, n, sources, degrees, destinations, weights, info, reorder, newcomm);
   if (rc == MPI_SUCCESS && newcomm && gActive.load(std::memory_order_relaxed))
     onCommCreated(comm, *newcomm, "dist_graph_create", 0, true);
+  return rc;
+}
+
+HETOBS_MPI_API int MPI_Comm_idup(MPI_Comm comm, MPI_Comm* newcomm, MPI_Request* request) {
+  uint64_t token = gActive.load(std::memory_order_relaxed) ? parkIdup(comm, newcomm) : 0;
+  int rc = PMPI_Comm_idup(comm, newcomm, request);
+  if (token == 0) return rc;
+  if (rc == MPI_SUCCESS && request) trackRequest(*request, kIdupRequest, token);
+  else finishIdup(token, false);
   return rc;
 }
 
