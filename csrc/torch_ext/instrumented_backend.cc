@@ -1,5 +1,7 @@
 #include "instrumented_backend.h"
 
+#include <optional>
+
 #include "completion_poller.h"
 #include "instrumented_work.h"
 
