@@ -155,13 +155,19 @@ bool putRequest(uint64_t key, ExternalComm* comm, uint64_t token) {
   return false;
 }
 
+// A request the table cannot hold: its op is ended now (recorded, completion time = issue
+// time); an idup's communicator stays unwatched.
+void untracked(ExternalComm* comm, uint64_t token) {
+  if (comm == kIdupRequest) finishIdup(token, false);
+  else comm->end(token, true);
+}
+
 }  // namespace
 
 void trackRequest(MPI_Request req, ExternalComm* comm, uint64_t token) {
   uint64_t key = handleKey(req);
   if (key != 0 && key != handleKey(MPI_REQUEST_NULL) && putRequest(key, comm, token)) return;
-  if (comm == kIdupRequest) finishIdup(token, false);  // untrackable: the child stays unwatched
-  else comm->end(token, true);  // untrackable: recorded, completion time = issue time
+  untracked(comm, token);
 }
 
 bool takeRequest(MPI_Request req, Pending* out) {
@@ -191,9 +197,7 @@ bool takeRequest(MPI_Request req, Pending* out) {
 }
 
 void untakeRequest(const Pending& p) {
-  if (putRequest(p.key, p.comm, p.token)) return;
-  if (p.comm == kIdupRequest) finishIdup(p.token, false);
-  else p.comm->end(p.token, true);
+  if (!putRequest(p.key, p.comm, p.token)) untracked(p.comm, p.token);
 }
 
 TypeInfo typeInfo(MPI_Datatype t) {

@@ -72,7 +72,7 @@ void writeRanks(JsonWriter& w, const char* key, const std::vector<int>& v) {
 bool Runtime::waitForDump(std::unique_lock<std::mutex>& lk, const std::string& incident, int64_t timeoutNs) {
   return dumpedCv_.wait_for(lk, std::chrono::nanoseconds(timeoutNs), [&] {
     auto it = dumped_.find(incident);
-    return it == dumped_.end() || it->second;
+    return it == dumped_.end() || it->second != DumpState::kWriting;
   });
 }
 
@@ -115,26 +115,26 @@ std::string Runtime::dump(const DumpRequest& req) {
     bool replace = false;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      if (!dumped_.emplace(req.incident, false).second) {
+      if (!dumped_.emplace(req.incident, DumpState::kWriting).second) {
         waitForDump(lk, req.incident, kDumpWaitNs);
         // Two survivors of one failure ask each other: whichever asks first makes the other
         // dump "peer_request"; the other's own error then replaces that dump.
-        if (req.reason != "error" || !dumped_[req.incident] || !dumpedForPeer_.erase(req.incident)) return "";
-        dumped_[req.incident] = false;
+        DumpState& state = dumped_[req.incident];
+        if (req.reason != "error" || state != DumpState::kWrittenForPeer) return "";
+        state = DumpState::kWriting;
         replace = true;
-      } else if (req.reason == "peer_request") {
-        dumpedForPeer_.insert(req.incident);
       }
     }
     struct Done {  // mark the incident written (or given up) whatever happens below
       Runtime* rt;
-      const std::string& incident;
+      const DumpRequest& req;
       ~Done() {
         std::lock_guard<std::mutex> g(rt->mu_);
-        rt->dumped_[incident] = true;
+        rt->dumped_[req.incident] =
+            req.reason == "peer_request" ? DumpState::kWrittenForPeer : DumpState::kWritten;
         rt->dumpedCv_.notify_all();
       }
-    } done{this, req.incident};
+    } done{this, req};
     PeerAnswers answers;
     if (req.ask_peers) answers = askPeers(req.incident, "peer_request", req.cause);
     std::lock_guard<std::mutex> g(dumpMu_);

@@ -188,8 +188,8 @@ void Runtime::markExit(bool clean) {
   {
     // Let dumps being written finish: they are the evidence this exit may need.
     std::unique_lock<std::mutex> lk(mu_);
-    for (auto& [incident, done] : dumped_)
-      if (!done) waitForDump(lk, incident, 2000000000LL);
+    for (auto& [incident, state] : dumped_)
+      if (state == DumpState::kWriting) waitForDump(lk, incident, 2000000000LL);
   }
   if (exited_.exchange(true)) return;
   cleanExit_ = clean;

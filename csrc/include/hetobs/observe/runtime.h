@@ -109,13 +109,13 @@ class Runtime {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<DumpRequest> queue_;
-  // Incidents this rank has dumped (true) or is dumping (false). A second request for an
-  // incident being written waits for it: an erroring op thread must not return (and let
-  // the process exit) while the watchdog thread is still writing that incident's dump.
-  std::map<std::string, bool> dumped_;
-  // Incidents whose dump this rank wrote at a peer's request: its own error on the same
-  // incident replaces that dump, so the file says what this rank saw (its cause).
-  std::set<std::string> dumpedForPeer_;
+  // This rank's dump of each incident. A second request for an incident being written
+  // waits for it: an erroring op thread must not return (and let the process exit) while
+  // the watchdog thread is still writing that incident's dump. A dump written at a peer's
+  // request is replaced by this rank's own error dump of the same incident, so the file
+  // says what this rank saw (its cause).
+  enum class DumpState { kWriting, kWritten, kWrittenForPeer };
+  std::map<std::string, DumpState> dumped_;
   std::condition_variable dumpedCv_;
   bool waitForDump(std::unique_lock<std::mutex>& lk, const std::string& incident, int64_t timeoutNs);
   std::set<std::string> hangsReported_;
