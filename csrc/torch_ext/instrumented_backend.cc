@@ -21,6 +21,17 @@ DType dtypeOf(at::ScalarType t) {
   }
 }
 
+RedOp redopOf(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return RedOp::kSum;
+    case c10d::ReduceOp::PRODUCT: return RedOp::kProd;
+    case c10d::ReduceOp::MIN: return RedOp::kMin;
+    case c10d::ReduceOp::MAX: return RedOp::kMax;
+    case c10d::ReduceOp::AVG: return RedOp::kAvg;
+    default: return RedOp::kOther;  // PREMUL_SUM, BAND, ...: hetobs records "other"
+  }
+}
+
 uint64_t numel(const std::vector<at::Tensor>& ts) {
   uint64_t n = 0;
   for (const auto& t : ts) n += uint64_t(t.numel());
@@ -39,33 +50,28 @@ struct InstrumentedBackend::Shape {
   const at::Tensor* first = nullptr;  // dtype and device of the op
   uint64_t count = 0, outCount = 0, bytes = 0;
 
+  void add(const at::Tensor& t) {
+    if (!first) first = &t;
+    count += uint64_t(t.numel());
+    bytes += uint64_t(t.numel()) * uint64_t(t.element_size());
+  }
+  // The input tensor(s) and what this rank receives (default: as many elements as it gives).
   static Shape of(const std::vector<at::Tensor>& in, std::optional<uint64_t> out = std::nullopt) {
     Shape s;
-    if (!in.empty()) s.first = &in[0];
-    for (const auto& t : in) {
-      s.count += uint64_t(t.numel());
-      s.bytes += uint64_t(t.numel()) * uint64_t(t.element_size());
-    }
+    for (const auto& t : in) s.add(t);
     s.outCount = out ? *out : s.count;
     return s;
   }
   static Shape of(const at::Tensor& in, uint64_t out) {
     Shape s;
-    s.first = &in;
-    s.count = uint64_t(in.numel());
-    s.bytes = s.count * uint64_t(in.element_size());
+    s.add(in);
     s.outCount = out;
     return s;
   }
   static Shape of(const std::vector<std::vector<at::Tensor>>& in, uint64_t out) {
     Shape s;
-    for (const auto& ts : in) {
-      for (const auto& t : ts) {
-        if (!s.first) s.first = &t;
-        s.count += uint64_t(t.numel());
-        s.bytes += uint64_t(t.numel()) * uint64_t(t.element_size());
-      }
-    }
+    for (const auto& ts : in)
+      for (const auto& t : ts) s.add(t);
     s.outCount = out;
     return s;
   }
@@ -78,17 +84,6 @@ InstrumentedBackend::InstrumentedBackend(c10::intrusive_ptr<c10d::Backend> inner
       external_(external),
       name_(std::move(name)),
       deviceOps_(deviceOps) {}
-
-RedOp InstrumentedBackend::redop(const c10d::ReduceOp& op) const {
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM: return RedOp::kSum;
-    case c10d::ReduceOp::PRODUCT: return RedOp::kProd;
-    case c10d::ReduceOp::MIN: return RedOp::kMin;
-    case c10d::ReduceOp::MAX: return RedOp::kMax;
-    case c10d::ReduceOp::AVG: return RedOp::kAvg;
-    default: return RedOp::kOther;  // PREMUL_SUM, BAND, ...: hetobs records "other"
-  }
-}
 
 template <typename Call>
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::run(OpKind op, const Shape& shape, RedOp redop, int rootOrPeer,
@@ -117,9 +112,8 @@ c10::intrusive_ptr<c10d::Work> InstrumentedBackend::run(OpKind op, const Shape& 
   auto work = c10::make_intrusive<InstrumentedWork>(std::move(inner),
                                                     c10::intrusive_ptr<InstrumentedBackend>::reclaim_copy(this), token);
   if (onDevice) {
-    if (!CompletionPoller::instance().watch(work)) {
-      // Table full: the op is still recorded and ends at wait() or release of its Work.
-    }
+    // False when every slot is taken: the op then ends at wait() or release of its Work.
+    CompletionPoller::instance().watch(work);
   } else if (!noFuture_[size_t(op)].load(std::memory_order_relaxed) && !work->finishFromFuture()) {
     // Learned once per op kind: asking again would throw (and unwind) on every call.
     noFuture_[size_t(op)].store(true, std::memory_order_relaxed);
@@ -135,25 +129,25 @@ c10::intrusive_ptr<c10d::Work> InstrumentedBackend::broadcast(std::vector<at::Te
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                               const c10d::AllreduceOptions& opts) {
-  return run(OpKind::kAllReduce, Shape::of(tensors), redop(opts.reduceOp), -1,
+  return run(OpKind::kAllReduce, Shape::of(tensors), redopOf(opts.reduceOp), -1,
              [&] { return inner_->allreduce(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allreduce_sparse(std::vector<at::Tensor>& tensors,
                                                                      const c10d::AllreduceOptions& opts) {
-  return run(OpKind::kAllReduce, Shape::of(tensors), redop(opts.reduceOp), -1,
+  return run(OpKind::kAllReduce, Shape::of(tensors), redopOf(opts.reduceOp), -1,
              [&] { return inner_->allreduce_sparse(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                         const c10d::AllreduceCoalescedOptions& opts) {
-  return run(OpKind::kAllReduce, Shape::of(tensors), redop(opts.reduceOp), -1,
+  return run(OpKind::kAllReduce, Shape::of(tensors), redopOf(opts.reduceOp), -1,
              [&] { return inner_->allreduce_coalesced(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::reduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::ReduceOptions& opts) {
-  return run(OpKind::kReduce, Shape::of(tensors), redop(opts.reduceOp), int(opts.rootRank),
+  return run(OpKind::kReduce, Shape::of(tensors), redopOf(opts.reduceOp), int(opts.rootRank),
              [&] { return inner_->reduce(tensors, opts); });
 }
 
@@ -201,19 +195,19 @@ c10::intrusive_ptr<c10d::Work> InstrumentedBackend::scatter(std::vector<at::Tens
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                    std::vector<std::vector<at::Tensor>>& inputs,
                                                                    const c10d::ReduceScatterOptions& opts) {
-  return run(OpKind::kReduceScatter, Shape::of(inputs, numel(outputs)), redop(opts.reduceOp), -1,
+  return run(OpKind::kReduceScatter, Shape::of(inputs, numel(outputs)), redopOf(opts.reduceOp), -1,
              [&] { return inner_->reduce_scatter(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                          const c10d::ReduceScatterOptions& opts) {
-  return run(OpKind::kReduceScatter, Shape::of(input, uint64_t(output.numel())), redop(opts.reduceOp), -1,
+  return run(OpKind::kReduceScatter, Shape::of(input, uint64_t(output.numel())), redopOf(opts.reduceOp), -1,
              [&] { return inner_->_reduce_scatter_base(output, input, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
-  return run(OpKind::kReduceScatter, Shape::of(inputs, numel(outputs)), redop(opts.reduceOp), -1,
+  return run(OpKind::kReduceScatter, Shape::of(inputs, numel(outputs)), redopOf(opts.reduceOp), -1,
              [&] { return inner_->reduce_scatter_tensor_coalesced(outputs, inputs, opts); });
 }
 

@@ -94,7 +94,6 @@ class InstrumentedBackend : public c10d::Backend {
   struct Shape;  // what the record says about the op's tensors
   template <typename Call>
   c10::intrusive_ptr<c10d::Work> run(OpKind op, const Shape& shape, RedOp redop, int rootOrPeer, Call&& call);
-  RedOp redop(const c10d::ReduceOp& op) const;
 
   c10::intrusive_ptr<c10d::Backend> inner_;
   ExternalRef external_;

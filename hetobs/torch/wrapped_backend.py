@@ -17,6 +17,7 @@ a native one.
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import timedelta
 from typing import Any
@@ -37,30 +38,23 @@ log = logging.getLogger("hetobs")
 _BACKEND_CODES = {"gloo": 1, "nccl": 2, "mpi": 3}
 
 
-_NOT_LOADED: Any = object()
-_native: Any = _NOT_LOADED
-
-
+@functools.cache
 def native_wrapper() -> Any:
     """hetobs._torch_ext when it was built for the running torch, else None."""
-    global _native
-    if _native is _NOT_LOADED:
-        _native = None
-        if not from_env().torch_native:
-            return None
-        try:
-            from .. import _torch_ext
-        except ImportError as e:  # not built (no torch 2.13 at build time), or cannot load
-            log.warning("hetobs._torch_ext is not available (%s): torch wrappers run in Python (~25 us more per "
-                        "call); reinstall hetobs with torch 2.13 installed to build it", e)
-            return None
-        if _torch_ext.TORCH_VERSION != torch.__version__:
-            log.warning("hetobs._torch_ext was built for torch %s, this is %s: torch wrappers run in Python "
-                        "(~25 us more per call); reinstall hetobs to rebuild it", _torch_ext.TORCH_VERSION,
-                        torch.__version__)
-        else:
-            _native = _torch_ext
-    return _native
+    if not from_env().torch_native:
+        return None
+    try:
+        from .. import _torch_ext
+    except ImportError as e:  # not built (no torch 2.13 at build time), or cannot load
+        log.warning("hetobs._torch_ext is not available (%s): torch wrappers run in Python (~25 us more per "
+                    "call); reinstall hetobs with torch 2.13 installed to build it", e)
+        return None
+    if _torch_ext.TORCH_VERSION != torch.__version__:
+        log.warning("hetobs._torch_ext was built for torch %s, this is %s: torch wrappers run in Python "
+                    "(~25 us more per call); reinstall hetobs to rebuild it", _torch_ext.TORCH_VERSION,
+                    torch.__version__)
+        return None
+    return _torch_ext
 
 
 def _instrument(inner: Any, ext: Any, vendor: str) -> Any:
