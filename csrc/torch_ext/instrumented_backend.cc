@@ -124,64 +124,64 @@ c10::intrusive_ptr<c10d::Work> InstrumentedBackend::run(OpKind op, const Shape& 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                               const c10d::BroadcastOptions& opts) {
   return run(OpKind::kBroadcast, Shape::of(tensors), RedOp::kSum, int(opts.rootRank),
-             [&] { return inner_->broadcast(tensors, opts); });
+             [&] { return vendor().broadcast(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                               const c10d::AllreduceOptions& opts) {
   return run(OpKind::kAllReduce, Shape::of(tensors), redopOf(opts.reduceOp), -1,
-             [&] { return inner_->allreduce(tensors, opts); });
+             [&] { return vendor().allreduce(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allreduce_sparse(std::vector<at::Tensor>& tensors,
                                                                      const c10d::AllreduceOptions& opts) {
   return run(OpKind::kAllReduce, Shape::of(tensors), redopOf(opts.reduceOp), -1,
-             [&] { return inner_->allreduce_sparse(tensors, opts); });
+             [&] { return vendor().allreduce_sparse(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                         const c10d::AllreduceCoalescedOptions& opts) {
   return run(OpKind::kAllReduce, Shape::of(tensors), redopOf(opts.reduceOp), -1,
-             [&] { return inner_->allreduce_coalesced(tensors, opts); });
+             [&] { return vendor().allreduce_coalesced(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::reduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::ReduceOptions& opts) {
   return run(OpKind::kReduce, Shape::of(tensors), redopOf(opts.reduceOp), int(opts.rootRank),
-             [&] { return inner_->reduce(tensors, opts); });
+             [&] { return vendor().reduce(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                               std::vector<at::Tensor>& inputs,
                                                               const c10d::AllgatherOptions& opts) {
   return run(OpKind::kAllGather, Shape::of(inputs, numel(outputs)), RedOp::kSum, -1,
-             [&] { return inner_->allgather(outputs, inputs, opts); });
+             [&] { return vendor().allgather(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                     const c10d::AllgatherOptions& opts) {
   return run(OpKind::kAllGather, Shape::of(input, uint64_t(output.numel())), RedOp::kSum, -1,
-             [&] { return inner_->_allgather_base(output, input, opts); });
+             [&] { return vendor()._allgather_base(output, input, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                                         std::vector<at::Tensor>& inputs,
                                                                         const c10d::AllgatherOptions& opts) {
   return run(OpKind::kAllGather, Shape::of(inputs, numel(outputs)), RedOp::kSum, -1,
-             [&] { return inner_->allgather_coalesced(outputs, inputs, opts); });
+             [&] { return vendor().allgather_coalesced(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   return run(OpKind::kAllGather, Shape::of(inputs, numel(outputs)), RedOp::kSum, -1,
-             [&] { return inner_->allgather_into_tensor_coalesced(outputs, inputs, opts); });
+             [&] { return vendor().allgather_into_tensor_coalesced(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                            std::vector<at::Tensor>& inputs,
                                                            const c10d::GatherOptions& opts) {
   return run(OpKind::kGather, Shape::of(inputs, numel(outputs)), RedOp::kSum, int(opts.rootRank),
-             [&] { return inner_->gather(outputs, inputs, opts); });
+             [&] { return vendor().gather(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::scatter(std::vector<at::Tensor>& outputs,
@@ -189,26 +189,26 @@ c10::intrusive_ptr<c10d::Work> InstrumentedBackend::scatter(std::vector<at::Tens
                                                             const c10d::ScatterOptions& opts) {
   // As the Python wrapper: the record's count is what this rank receives.
   return run(OpKind::kScatter, Shape::of(outputs), RedOp::kSum, int(opts.rootRank),
-             [&] { return inner_->scatter(outputs, inputs, opts); });
+             [&] { return vendor().scatter(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                    std::vector<std::vector<at::Tensor>>& inputs,
                                                                    const c10d::ReduceScatterOptions& opts) {
   return run(OpKind::kReduceScatter, Shape::of(inputs, numel(outputs)), redopOf(opts.reduceOp), -1,
-             [&] { return inner_->reduce_scatter(outputs, inputs, opts); });
+             [&] { return vendor().reduce_scatter(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                          const c10d::ReduceScatterOptions& opts) {
   return run(OpKind::kReduceScatter, Shape::of(input, uint64_t(output.numel())), redopOf(opts.reduceOp), -1,
-             [&] { return inner_->_reduce_scatter_base(output, input, opts); });
+             [&] { return vendor()._reduce_scatter_base(output, input, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   return run(OpKind::kReduceScatter, Shape::of(inputs, numel(outputs)), redopOf(opts.reduceOp), -1,
-             [&] { return inner_->reduce_scatter_tensor_coalesced(outputs, inputs, opts); });
+             [&] { return vendor().reduce_scatter_tensor_coalesced(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -216,33 +216,39 @@ c10::intrusive_ptr<c10d::Work> InstrumentedBackend::alltoall_base(at::Tensor& ou
                                                                   std::vector<int64_t>& inputSplits,
                                                                   const c10d::AllToAllOptions& opts) {
   return run(OpKind::kAllToAll, Shape::of(input, uint64_t(output.numel())), RedOp::kSum, -1,
-             [&] { return inner_->alltoall_base(output, input, outputSplits, inputSplits, opts); });
+             [&] { return vendor().alltoall_base(output, input, outputSplits, inputSplits, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                              std::vector<at::Tensor>& inputs,
                                                              const c10d::AllToAllOptions& opts) {
   return run(OpKind::kAllToAll, Shape::of(inputs, numel(outputs)), RedOp::kSum, -1,
-             [&] { return inner_->alltoall(outputs, inputs, opts); });
+             [&] { return vendor().alltoall(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
   return run(OpKind::kSend, Shape::of(tensors), RedOp::kSum, dstRank,
-             [&] { return inner_->send(tensors, dstRank, tag); });
+             [&] { return vendor().send(tensors, dstRank, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
   return run(OpKind::kRecv, Shape::of(tensors), RedOp::kSum, srcRank,
-             [&] { return inner_->recv(tensors, srcRank, tag); });
+             [&] { return vendor().recv(tensors, srcRank, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   return run(OpKind::kRecv, Shape::of(tensors), RedOp::kSum, -1,
-             [&] { return inner_->recvAnysource(tensors, tag); });
+             [&] { return vendor().recvAnysource(tensors, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::barrier(const c10d::BarrierOptions& opts) {
-  return run(OpKind::kBarrier, Shape{}, RedOp::kSum, -1, [&] { return inner_->barrier(opts); });
+  return run(OpKind::kBarrier, Shape{}, RedOp::kSum, -1, [&] { return vendor().barrier(opts); });
+}
+
+void InstrumentedBackend::shutdown() {
+  if (!inner_) return;
+  inner_->shutdown();
+  inner_.reset();
 }
 
 void InstrumentedBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
@@ -250,7 +256,7 @@ void InstrumentedBackend::monitoredBarrier(const c10d::BarrierOptions& opts, boo
   rec.op = OpKind::kBarrier;
   uint64_t token = external_.begin(rec);
   try {
-    inner_->monitoredBarrier(opts, waitAllRanks);
+    vendor().monitoredBarrier(opts, waitAllRanks);
   } catch (const std::exception& e) {
     external_.end(token, false, e.what());
     throw;

@@ -21,14 +21,13 @@ class InstrumentedBackend : public c10d::Backend {
                       bool deviceOps);
 
   const ExternalRef& external() const { return external_; }
-  const c10::intrusive_ptr<c10d::Backend>& inner() const { return inner_; }
 
   const std::string getBackendName() const override { return name_; }
-  bool supportsCoalescing() const override { return inner_->supportsCoalescing(); }
-  void startCoalescing() override { inner_->startCoalescing(); }
-  c10::intrusive_ptr<c10d::Work> endCoalescing() override { return inner_->endCoalescing(); }
-  void setTimeout(std::chrono::milliseconds timeout) override { inner_->setTimeout(timeout); }
-  c10::intrusive_ptr<Options> getBackendOptions() override { return inner_->getBackendOptions(); }
+  bool supportsCoalescing() const override { return inner_ && inner_->supportsCoalescing(); }
+  void startCoalescing() override { vendor().startCoalescing(); }
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override { return vendor().endCoalescing(); }
+  void setTimeout(std::chrono::milliseconds timeout) override { vendor().setTimeout(timeout); }
+  c10::intrusive_ptr<Options> getBackendOptions() override { return vendor().getBackendOptions(); }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -74,26 +73,38 @@ class InstrumentedBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
 
-  void setSequenceNumberForGroup() override { inner_->setSequenceNumberForGroup(); }
-  uint64_t getSequenceNumberForGroup() override { return inner_->getSequenceNumberForGroup(); }
+  void setSequenceNumberForGroup() override { vendor().setSequenceNumberForGroup(); }
+  uint64_t getSequenceNumberForGroup() override { return vendor().getSequenceNumberForGroup(); }
   void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override {
-    inner_->registerOnCompletionHook(std::move(hook));
+    vendor().registerOnCompletionHook(std::move(hook));
   }
-  void waitForPendingWorks() override { inner_->waitForPendingWorks(); }
-  void enableCollectivesTiming() override { inner_->enableCollectivesTiming(); }
+  void waitForPendingWorks() override { vendor().waitForPendingWorks(); }
+  void enableCollectivesTiming() override { vendor().enableCollectivesTiming(); }
   void setGroupUid(const std::string& uid) override {
     c10d::Backend::setGroupUid(uid);
-    inner_->setGroupUid(uid);
+    vendor().setGroupUid(uid);
   }
-  void eagerConnectSingleDevice(at::Device device) override { inner_->eagerConnectSingleDevice(device); }
-  c10d::ErrorType getError() override { return inner_->getError(); }
-  void abort() override { inner_->abort(); }
-  void shutdown() override { inner_->shutdown(); }
+  void eagerConnectSingleDevice(at::Device device) override { vendor().eagerConnectSingleDevice(device); }
+  c10d::ErrorType getError() override { return inner_ ? inner_->getError() : c10d::ErrorType::SUCCESS; }
+  void abort() override {
+    if (inner_) inner_->abort();
+  }
+  // torch's destroy_process_group() shuts every group down, then drops its own references.
+  // A wrapped group the caller still holds (wrap()) must not keep the vendor backend, and
+  // its worker threads, alive into interpreter exit: there they abort the process when
+  // they release the last reference to a Python tensor.
+  void shutdown() override;
 
  private:
   struct Shape;  // what the record says about the op's tensors
   template <typename Call>
   c10::intrusive_ptr<c10d::Work> run(OpKind op, const Shape& shape, RedOp redop, int rootOrPeer, Call&& call);
+
+  // The vendor backend; an error once shut down (torch allows no op after that).
+  c10d::Backend& vendor() const {
+    TORCH_CHECK(inner_, name_, ": the process group was shut down");
+    return *inner_;
+  }
 
   c10::intrusive_ptr<c10d::Backend> inner_;
   ExternalRef external_;

@@ -116,6 +116,14 @@ class InstrumentedBackend(dist.ProcessGroup):
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return self._name
 
+    def shutdown(self) -> None:
+        # As the C++ wrapper: torch's destroy_process_group() shuts every group down; a wrapped
+        # group the caller still holds must not keep the vendor group (and its worker threads)
+        # alive into interpreter exit, where they abort the process.
+        inner, self.inner = self.inner, None
+        if inner is not None:
+            inner.shutdown()
+
     def _run(self, op: str, tensors: list[torch.Tensor], call: Callable[[], Any], *, redop: int = 0,
              root: int = -1, out_count: int | None = None) -> Any:
         # Per-call cost matters (a few us against Gloo's tens): one tensor is the common case.
