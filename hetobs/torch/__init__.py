@@ -3,6 +3,8 @@
 - `dist.init_process_group("hetobs")`: the native transport as a torch backend.
 - `"hetobs_gloo"` / `"hetobs_nccl"`: Gloo / NCCL for the data path, instrumented by hetobs.
 - `hetobs.torch.wrap(group)`: instrument a group created elsewhere.
+- `"hetobs_islands"`: one job across islands of different accelerators and libraries
+  (hetobs/islands/).
 
 The backends are registered by `register()`, which `import hetobs` arranges to run as
 soon as `torch.distributed` is imported (see hetobs/_torch_hook.py).
@@ -25,11 +27,13 @@ def register() -> None:
     global _registered
     if _registered:
         return
+    from ..islands import backend as islands_backend
     from . import native_backend, wrapped_backend
 
     for name, creator, devices in (("hetobs", native_backend.create, ["cpu", "cuda"]),
                                    ("hetobs_gloo", wrapped_backend.create_gloo, ["cpu"]),
-                                   ("hetobs_nccl", wrapped_backend.create_nccl, ["cuda"])):
+                                   ("hetobs_nccl", wrapped_backend.create_nccl, ["cuda"]),
+                                   ("hetobs_islands", islands_backend.create, ["cpu", "cuda"])):
         if name.upper() not in dist.Backend._plugins:
             dist.Backend.register_backend(name, creator, extended_api=True, devices=devices)
     _registered = True

@@ -1,0 +1,262 @@
+"""Hierarchical collectives: the vendor library inside each island, the relay between.
+
+Every function takes flat, contiguous tensors (the backend flattens), runs on every
+rank of the group, and leaves results equal to the flat collective's. Each island cuts
+a buffer into equal padded blocks (partition.py); the relay pairs blocks across islands
+so every rank carries its own share. Partial results are folded in island order on
+every rank that folds them, so all ranks hold bit-identical results.
+
+all_reduce  = reduce-scatter in each island -> exchange of partial blocks with the
+              counterpart ranks of every other island, folded in island order -> all-gather
+              in each island.
+broadcast   = broadcast in the root's island -> the root island's blocks to their
+              counterparts -> all-gather in every other island.
+all_gather  = all-gather in each island -> each island's gathered buffer, block-wise, to
+              its counterparts -> one all-gather per island of what arrived.
+all_to_all  = the vendor all-to-all for blocks within the island, the relay for the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .partition import block, block_len, pairs
+from .relay import PhaseClock, Relay
+from .topology import Island, Topology
+from .vendor import IslandGroup
+
+__all__ = ["Hierarchy", "all_reduce", "broadcast", "all_gather", "all_to_all", "barrier", "send", "recv"]
+
+_FOLD = {
+    dist.ReduceOp.SUM: torch.add, dist.ReduceOp.AVG: torch.add, dist.ReduceOp.PRODUCT: torch.mul,
+    dist.ReduceOp.MIN: torch.minimum, dist.ReduceOp.MAX: torch.maximum,
+}
+
+
+@dataclass
+class Hierarchy:
+    topo: Topology
+    rank: int            # rank in the group
+    inner: IslandGroup   # this rank's island
+    relay: Relay
+
+    @property
+    def island(self) -> Island:
+        return self.topo.of(self.rank)
+
+    @property
+    def irank(self) -> int:
+        return self.island.rank_of(self.rank)
+
+    def others(self) -> list[Island]:
+        return [i for i in self.topo.islands if i.index != self.island.index]
+
+
+def fold_op(op: Any) -> Any:
+    """The elementwise torch function that folds two partials for reduce op `op`."""
+    for k, f in _FOLD.items():
+        if op == k:
+            return f
+    raise ValueError(f"reduce op {op} is not supported by hetobs_islands (sum, product, min, max, avg are)")
+
+
+def _identity(op: Any, dtype: torch.dtype) -> float | int | bool:
+    """What padding must hold so it never changes a reduction."""
+    if op == dist.ReduceOp.PRODUCT:
+        return 1
+    if op == dist.ReduceOp.MIN or op == dist.ReduceOp.MAX:
+        big = op == dist.ReduceOp.MIN
+        if dtype.is_floating_point:
+            return float("inf") if big else float("-inf")
+        if dtype == torch.bool:
+            return big
+        info = torch.iinfo(dtype)
+        return info.max if big else info.min
+    return 0
+
+
+def _inner_op(op: Any) -> Any:
+    # An average over uneven islands is the global sum over the world size: sum inside.
+    return dist.ReduceOp.SUM if op == dist.ReduceOp.AVG else op
+
+
+def _padded(flat: torch.Tensor, total: int, fill: float | int | bool) -> torch.Tensor:
+    if flat.numel() == total:
+        return flat
+    p = torch.empty(total, dtype=flat.dtype, device=flat.device)
+    p[:flat.numel()].copy_(flat)
+    p[flat.numel():].fill_(fill)
+    return p
+
+
+def all_reduce(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, op: Any) -> None:
+    fold = fold_op(op)
+    if op == dist.ReduceOp.AVG and not flat.dtype.is_floating_point:
+        raise ValueError(f"reduce op AVG needs a floating dtype, got {flat.dtype}")
+    isl, me = h.island, h.irank
+    if flat.numel() == 0:
+        return
+    if len(h.topo.islands) == 1:
+        clock.vendor_ns += h.inner.all_reduce(flat, op)
+        return
+    count, n = flat.numel(), isl.size
+    length = block_len(count, n)
+    padded = _padded(flat, n * length, _identity(op, flat.dtype))
+    if n > 1:
+        shard = torch.empty(length, dtype=flat.dtype, device=flat.device)
+        clock.vendor_ns += h.inner.reduce_scatter(shard, padded, _inner_op(op))
+    else:
+        shard = padded
+    start, end = block(count, n, me)
+    mine = shard[:end - start]
+    partial: dict[int, torch.Tensor] = {isl.index: mine}
+    sends, recvs = [], []
+    for other in h.others():
+        theirs = torch.empty_like(mine)
+        partial[other.index] = theirs
+        for seg in pairs(count, n, other.size):
+            if seg.src != me:
+                continue
+            peer = other.members[seg.dst]
+            sends.append((peer, mine[seg.start - start:seg.end - start]))
+            recvs.append((peer, theirs[seg.start - start:seg.end - start]))
+    h.relay.run(sends, recvs, clock)
+    order = [partial[i.index] for i in h.topo.islands]
+    if len(order) == 2:  # `mine` is one of the two: fold in place
+        fold(order[0], order[1], out=mine)
+    else:
+        acc = fold(order[0], order[1])
+        for p in order[2:]:
+            fold(acc, p, out=acc)
+        mine.copy_(acc)
+    if op == dist.ReduceOp.AVG:
+        mine.div_(h.topo.size)
+    if n > 1:
+        clock.vendor_ns += h.inner.all_gather(padded, shard)
+    if padded is not flat:
+        flat.copy_(padded[:count])
+
+
+def broadcast(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, root: int) -> None:
+    isl, me = h.island, h.irank
+    home = h.topo.of(root)
+    if flat.numel() == 0:
+        return
+    if len(h.topo.islands) == 1:
+        clock.vendor_ns += h.inner.broadcast(flat, home.rank_of(root))
+        return
+    count = flat.numel()
+    if isl.index == home.index:
+        if isl.size > 1:
+            clock.vendor_ns += h.inner.broadcast(flat, home.rank_of(root))
+        sends = [(other.members[seg.dst], flat[seg.start:seg.end])
+                 for other in h.others() for seg in pairs(count, home.size, other.size) if seg.src == me]
+        h.relay.run(sends, [], clock)
+        return
+    n = isl.size
+    length = block_len(count, n)
+    padded = _padded(flat, n * length, 0)
+    start, end = block(count, n, me)
+    shard = padded[me * length:me * length + length] if n > 1 else padded
+    recvs = [(home.members[seg.src], shard[seg.start - start:seg.end - start])
+             for seg in pairs(count, home.size, n) if seg.dst == me]
+    h.relay.run([], recvs, clock)
+    if n > 1:
+        own = shard.clone()  # all-gather's input must not alias its output
+        clock.vendor_ns += h.inner.all_gather(padded, own)
+    if padded is not flat:
+        flat.copy_(padded[:count])
+
+
+def all_gather(h: Hierarchy, clock: PhaseClock, out: torch.Tensor, inp: torch.Tensor) -> None:
+    """out[r*c:(r+1)*c] = rank r's inp, for every group rank r (islands need not be contiguous)."""
+    isl, me, c = h.island, h.irank, inp.numel()
+    n = isl.size
+    if c == 0:
+        return
+    if len(h.topo.islands) == 1:
+        clock.vendor_ns += h.inner.all_gather(out, inp)
+        return
+    gathered = torch.empty(n * c, dtype=inp.dtype, device=inp.device)
+    if n > 1:
+        clock.vendor_ns += h.inner.all_gather(gathered, inp)
+    else:
+        gathered.copy_(inp)
+    sends, recvs, arrived = [], [], []
+    for other in h.others():
+        total = other.size * c  # the other island's gathered buffer
+        start, end = block(total, n, me)
+        mine = torch.empty(block_len(total, n), dtype=inp.dtype, device=inp.device)
+        arrived.append((other, mine))
+        recvs += [(other.members[seg.src], mine[seg.start - start:seg.end - start])
+                  for seg in pairs(total, other.size, n) if seg.dst == me]
+        sends += [(other.members[seg.dst], gathered[seg.start:seg.end])
+                  for seg in pairs(n * c, n, other.size) if seg.src == me]
+    h.relay.run(sends, recvs, clock)
+    _place(out, gathered, isl, c)
+    # One all-gather in the island rebuilds every other island's buffer from its blocks.
+    packed = torch.cat([m for _, m in arrived]) if len(arrived) > 1 else arrived[0][1]
+    if n > 1:
+        everyone = torch.empty(n * packed.numel(), dtype=inp.dtype, device=inp.device)
+        clock.vendor_ns += h.inner.all_gather(everyone, packed)
+        rows = everyone.view(n, packed.numel())
+    else:
+        rows = packed.view(1, -1)
+    offset = 0
+    for other, m in arrived:
+        width = m.numel()
+        _place(out, rows[:, offset:offset + width].reshape(-1)[:other.size * c], other, c)
+        offset += width
+
+
+def _place(out: torch.Tensor, gathered: torch.Tensor, isl: Island, c: int) -> None:
+    for i, r in enumerate(isl.members):
+        out[r * c:(r + 1) * c].copy_(gathered[i * c:(i + 1) * c])
+
+
+def all_to_all(h: Hierarchy, clock: PhaseClock, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int],
+               in_splits: list[int]) -> None:
+    """Element-unit splits per group rank; block p of inp goes to rank p, block p of out comes from it."""
+    isl = h.island
+    ioff = [sum(in_splits[:p]) for p in range(len(in_splits))]
+    ooff = [sum(out_splits[:p]) for p in range(len(out_splits))]
+    if len(h.topo.islands) == 1:
+        clock.vendor_ns += h.inner.all_to_all(out, inp, out_splits, in_splits)
+        return
+    foreign = [p for p in range(h.topo.size) if h.topo.island_of[p] != isl.index]
+    h.relay.run([(p, inp[ioff[p]:ioff[p] + in_splits[p]]) for p in foreign],
+                [(p, out[ooff[p]:ooff[p] + out_splits[p]]) for p in foreign], clock)
+    local_in = torch.cat([inp[ioff[p]:ioff[p] + in_splits[p]] for p in isl.members])
+    local_out = torch.empty(sum(out_splits[p] for p in isl.members), dtype=out.dtype, device=out.device)
+    if isl.size > 1:
+        clock.vendor_ns += h.inner.all_to_all(local_out, local_in, [out_splits[p] for p in isl.members],
+                                              [in_splits[p] for p in isl.members])
+    else:
+        local_out.copy_(local_in)
+    offset = 0
+    for p in isl.members:
+        out[ooff[p]:ooff[p] + out_splits[p]].copy_(local_out[offset:offset + out_splits[p]])
+        offset += out_splits[p]
+
+
+def barrier(h: Hierarchy, clock: PhaseClock) -> None:
+    device = "cuda" if h.island.device == "cuda" else "cpu"
+    all_reduce(h, clock, torch.zeros(1, dtype=torch.int32, device=device), dist.ReduceOp.SUM)
+
+
+def send(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, peer: int) -> None:
+    if h.topo.island_of[peer] == h.island.index:
+        clock.vendor_ns += h.inner.send(flat, h.island.rank_of(peer))
+    else:
+        h.relay.run([(peer, flat)], [], clock)
+
+
+def recv(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, peer: int) -> None:
+    if h.topo.island_of[peer] == h.island.index:
+        clock.vendor_ns += h.inner.recv(flat, h.island.rank_of(peer))
+    else:
+        h.relay.run([], [(peer, flat)], clock)

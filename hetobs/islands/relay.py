@@ -1,0 +1,92 @@
+"""The crossing between islands: hetobs's pipelined host relay, and the phase clock.
+
+Device tensors go device->host, over the wire, host->device, chunk by chunk through a
+ring of staging slots (Communicator.relay, native); host tensors go on the wire as
+they are, unless HETOBS_RELAY_STAGE=host asks for a real copy through the staging
+slots (how the pipeline is exercised and measured on a machine without a GPU).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..comm import Communicator
+
+__all__ = ["PhaseClock", "Relay", "relay_stage"]
+
+PHASE_KEYS = ("vendor_ns", "d2h_ns", "wire_ns", "h2d_ns", "chunks")
+
+
+def relay_stage(env: Any = None) -> str:
+    """HETOBS_RELAY_STAGE: auto (device tensors staged, host tensors direct) or host."""
+    from ..config import SettingError
+
+    env = os.environ if env is None else env
+    raw = env.get("HETOBS_RELAY_STAGE", "auto")
+    value = raw.strip().lower()
+    if value not in ("auto", "host"):
+        raise SettingError(f"HETOBS_RELAY_STAGE={raw!r}: expected auto or host")
+    return value
+
+
+@dataclass
+class PhaseClock:
+    """Where one hierarchical op spent its time (what its record's `phases` carry)."""
+
+    vendor_ns: int = 0
+    d2h_ns: int = 0
+    wire_ns: int = 0
+    h2d_ns: int = 0
+    chunks: int = 0
+
+    def add_relay(self, phases: dict[str, int]) -> None:
+        self.d2h_ns += int(phases.get("d2h_ns", 0))
+        self.wire_ns += int(phases.get("wire_ns", 0))
+        self.h2d_ns += int(phases.get("h2d_ns", 0))
+        self.chunks += int(phases.get("chunks", 0))
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: int(getattr(self, k)) for k in PHASE_KEYS}
+
+
+@dataclass
+class Relay:
+    """Moves tensors between ranks of different islands over the native world communicator."""
+
+    comm: Communicator
+    staged_host: bool = False  # HETOBS_RELAY_STAGE=host
+
+    def _stage(self, ts: list[torch.Tensor]) -> str:
+        kinds = {t.device.type for t in ts}
+        if kinds == {"cpu"}:
+            return "host" if self.staged_host else "none"
+        if kinds == {"cuda"}:
+            return "cuda"
+        raise ValueError(f"the host relay moves cpu or cuda tensors, one kind per op (got {sorted(kinds)})")
+
+    @staticmethod
+    def _buffer(t: torch.Tensor, stage: str) -> Any:
+        if stage == "cuda":
+            return (int(t.data_ptr()), int(t.numel() * t.element_size()))
+        return t
+
+    def run(self, sends: list[tuple[int, torch.Tensor]], recvs: list[tuple[int, torch.Tensor]],
+            clock: PhaseClock) -> None:
+        """Move every send to its peer and fill every recv from its peer (group ranks), at once."""
+        sends = [(p, t) for p, t in sends if t.numel()]
+        recvs = [(p, t) for p, t in recvs if t.numel()]
+        if not sends and not recvs:
+            return
+        stage = self._stage([t for _, t in sends] + [t for _, t in recvs])
+        if stage == "cuda":
+            # The data was produced on torch's current stream; the relay copies on its own
+            # streams. A stream sync (never a device-wide one) orders the two.
+            torch.cuda.current_stream().synchronize()
+        phases = self.comm.relay([(p, self._buffer(t, stage)) for p, t in sends],
+                                 [(p, self._buffer(t, stage)) for p, t in recvs], stage=stage)
+        clock.add_relay(phases)
+

@@ -1,0 +1,135 @@
+"""Which island each rank belongs to, agreed by every rank through the store.
+
+An island is a set of ranks that share an accelerator type and a collective library
+(NVIDIA GPUs with NCCL, Ascend NPUs with HCCL, CPUs with Gloo, ...). A rank names its
+island with HETOBS_ISLAND (default: its device type) and the library inside it with
+HETOBS_ISLAND_BACKEND (default: the usual library of that device type). Islands are
+whatever ranks share a name: they need not be contiguous in rank order, and they may
+differ in size and library.
+
+Every rank publishes its (island, backend, device) under the group's store prefix and
+reads everyone's, so all ranks build the same Topology: islands ordered by their
+lowest rank, members by rank. That order is the order partial results are folded in,
+so every rank computes bit-identical results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+__all__ = ["DEFAULT_BACKENDS", "Island", "IslandError", "Topology", "local_identity", "exchange"]
+
+# The collective library usually found with each device type (torch.distributed names).
+DEFAULT_BACKENDS: dict[str, str] = {"cuda": "nccl", "npu": "hccl", "xpu": "xccl", "cpu": "gloo"}
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")  # fits the records' island field (15 bytes + NUL)
+
+
+class IslandError(ValueError):
+    """A rank's island settings cannot be used (the message names the setting and the rank)."""
+
+
+@dataclass(frozen=True)
+class Island:
+    index: int                 # position in the job's island order (by lowest member rank)
+    name: str
+    backend: str               # torch.distributed backend name inside the island
+    device: str                # device type of its tensors: cuda, npu, xpu, cpu
+    members: tuple[int, ...]   # group ranks, ascending
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def rank_of(self, group_rank: int) -> int:
+        return self.members.index(group_rank)
+
+
+@dataclass(frozen=True)
+class Topology:
+    islands: tuple[Island, ...]
+    island_of: tuple[int, ...]  # group rank -> island index
+
+    @property
+    def size(self) -> int:
+        return len(self.island_of)
+
+    def of(self, group_rank: int) -> Island:
+        return self.islands[self.island_of[group_rank]]
+
+    @staticmethod
+    def build(entries: Sequence[Mapping[str, str]]) -> "Topology":
+        """From every rank's published identity (index = group rank)."""
+        order: list[str] = []
+        members: dict[str, list[int]] = {}
+        first: dict[str, Mapping[str, str]] = {}
+        for rank, e in enumerate(entries):
+            name = e["island"]
+            if name not in members:
+                order.append(name)
+                members[name] = []
+                first[name] = e
+            elif (e["backend"], e["device"]) != (first[name]["backend"], first[name]["device"]):
+                f = first[name]
+                raise IslandError(
+                    f"island {name!r}: rank {rank} has backend {e['backend']!r} on {e['device']!r}, but rank "
+                    f"{members[name][0]} has {f['backend']!r} on {f['device']!r} (one island, one library: "
+                    "check HETOBS_ISLAND / HETOBS_ISLAND_BACKEND on both)")
+            members[name].append(rank)
+        islands = tuple(Island(i, n, first[n]["backend"], first[n]["device"], tuple(members[n]))
+                        for i, n in enumerate(order))
+        island_of = [0] * len(entries)
+        for isl in islands:
+            for r in isl.members:
+                island_of[r] = isl.index
+        return Topology(islands, tuple(island_of))
+
+
+def _device_type() -> str:
+    """The accelerator this process would use: cuda, npu, xpu, else cpu."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    for name in ("npu", "xpu"):
+        mod = getattr(torch, name, None)
+        try:
+            if mod is not None and mod.is_available():
+                return name
+        except Exception:  # a half-installed vendor plugin: not this device
+            continue
+    return "cpu"
+
+
+def local_identity(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This rank's island, backend and device from HETOBS_ISLAND / HETOBS_ISLAND_BACKEND."""
+    env = os.environ if env is None else env
+    device = _device_type()
+    island = env.get("HETOBS_ISLAND", "").strip() or device
+    if not _NAME.match(island):
+        raise IslandError(f"HETOBS_ISLAND={island!r}: an island name is 1-15 letters, digits, '_', '.' or '-'")
+    backend = env.get("HETOBS_ISLAND_BACKEND", "").strip().lower() or DEFAULT_BACKENDS.get(device, "gloo")
+    if not _NAME.match(backend):
+        raise IslandError(f"HETOBS_ISLAND_BACKEND={backend!r}: expected a torch.distributed backend name "
+                          "(nccl, hccl, xccl, gloo, mpi, hetobs)")
+    if backend == "hetobs_islands":
+        raise IslandError("HETOBS_ISLAND_BACKEND='hetobs_islands': the library inside an island cannot be "
+                          "the islands backend itself")
+    return {"island": island, "backend": backend, "device": device}
+
+
+def exchange(store: Any, prefix: str, rank: int, size: int, me: Mapping[str, str]) -> Topology:
+    """Publish `me` and read every rank's identity through `store` (torch Store API)."""
+    store.set(f"{prefix}{rank}", json.dumps(dict(me)))
+    entries: list[dict[str, str]] = []
+    for r in range(size):
+        raw = bytes(store.get(f"{prefix}{r}"))
+        try:
+            e = json.loads(raw)
+            entries.append({k: str(e[k]) for k in ("island", "backend", "device")})
+        except (ValueError, KeyError, TypeError):
+            raise IslandError(f"rank {r} published an unreadable island identity under {prefix}{r!s}") from None
+    return Topology.build(entries)
