@@ -49,6 +49,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("HETOBS_REBUILD", "0", "1: scripts/setup.sh rebuilds the native core even when nothing changed."),
     Setting("HETOBS_TORCH_NATIVE", "1", "0: \"hetobs_gloo\", \"hetobs_nccl\" and wrap() run as a Python process group even where hetobs._torch_ext is built (~25 us more per call; for comparison and debugging)."),
     Setting("HETOBS_OTEL_SAMPLE", "0.01", "Fraction of collectives exported as OpenTelemetry spans (0..1; chosen per communicator and sequence id, so every rank keeps the same ones)."),
+    Setting("HETOBS_ISLAND", "(device type: cuda, npu, xpu, cpu)", "Name of this rank's island under \"hetobs_islands\": ranks with one name form an island (1-15 letters, digits, _ . -)."),
+    Setting("HETOBS_ISLAND_BACKEND", "(by device: nccl, hccl, xccl, gloo)", "torch.distributed backend inside this rank's island (nccl, hccl, xccl, gloo, mpi, or hetobs for the native transport)."),
+    Setting("HETOBS_RELAY_STAGE", "auto", "auto: device tensors cross islands through host staging, host tensors go on the wire as they are; host: host tensors are staged too (a real copy per chunk, to exercise and measure the pipeline without a GPU)."),
+    Setting("HETOBS_RELAY_PIPELINE", "1", "0: the relay copies everything in, sends everything, copies everything out (the unpipelined baseline, for comparison)."),
 )
 
 

@@ -24,8 +24,8 @@ from .. import _connect_through_store, _core, _endpoint
 from ..comm import OPS, Communicator
 from ..torch._common import DTYPE_CODES, comm_id_for, done, reduction_code
 from . import hierarchical as hier
-from .relay import PhaseClock, Relay, relay_stage
-from .topology import Topology, exchange, local_identity
+from .relay import PhaseClock, Relay, relay_pipelined, relay_stage
+from .topology import Topology, exchange
 from .vendor import make_island_group
 
 __all__ = ["IslandsBackend", "create"]
@@ -244,8 +244,7 @@ def create(opts: Any, backend_options: Any = None) -> IslandsBackend:
     world_ranks = list(opts.global_ranks_in_group) or list(range(size))
     group_id = str(opts.group_id)
     timeout = opts.timeout if isinstance(opts.timeout, timedelta) else timedelta(seconds=1800)
-    me = local_identity()
-    topo = exchange(opts.store, "hetobs-islands/identity/", rank, size, me)
+    topo = exchange(opts.store, "hetobs-islands/identity/", rank, size)
     endpoint = _endpoint(rank, size)
     if not opts.global_ranks_in_group:  # the default group: this is the job's world
         native = _connect_through_store(endpoint, opts.store, "hetobs/card/", rank, size)
@@ -255,7 +254,8 @@ def create(opts: Any, backend_options: Any = None) -> IslandsBackend:
     relay_world = Communicator(native)
     island = topo.of(rank)
     inner = make_island_group(topo, rank, opts.store, timeout, group_id, world_ranks, relay_world)
-    h = hier.Hierarchy(topo, rank, inner, Relay(relay_world, staged_host=relay_stage() == "host"))
+    relay = Relay(relay_world, staged_host=relay_stage() == "host", pipeline=relay_pipelined())
+    h = hier.Hierarchy(topo, rank, inner, relay)
     ext = _core.ExternalComm(comm_id_for(f"islands:{group_id}"), world_ranks, rank, ISLANDS_BACKEND_CODE,
                              _DEVICE_CODES.get(island.device, 0), f"hetobs_islands:{group_id}",
                              island=island.name)

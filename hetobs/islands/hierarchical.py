@@ -24,10 +24,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .partition import block, block_len, pairs
+from .partition import block, block_len, pairs, routes
 from .relay import PhaseClock, Relay
 from .topology import Island, Topology
-from .vendor import IslandGroup
+from .vendor import IslandGroup, cheap_scatter
 
 __all__ = ["Hierarchy", "all_reduce", "broadcast", "all_gather", "all_to_all", "barrier", "send", "recv"]
 
@@ -104,26 +104,33 @@ def all_reduce(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, op: Any) -> 
         clock.vendor_ns += h.inner.all_reduce(flat, op)
         return
     count, n = flat.numel(), isl.size
-    length = block_len(count, n)
-    padded = _padded(flat, n * length, _identity(op, flat.dtype))
-    if n > 1:
+    scatter = _gathers(isl)
+    if scatter:
+        # This rank ends up with its island's partial of its own block only.
+        length = block_len(count, n)
+        padded = _padded(flat, n * length, _identity(op, flat.dtype))
         shard = torch.empty(length, dtype=flat.dtype, device=flat.device)
         clock.vendor_ns += h.inner.reduce_scatter(shard, padded, _inner_op(op))
+        start, end = block(count, n, me)
+        mine = shard[:end - start]
     else:
-        shard = padded
-    start, end = block(count, n, me)
-    mine = shard[:end - start]
+        # The island's partial of everything; the other islands send theirs whole.
+        if n > 1:
+            clock.vendor_ns += h.inner.all_reduce(flat, _inner_op(op))
+        start, end = 0, count
+        mine = flat
     partial: dict[int, torch.Tensor] = {isl.index: mine}
     sends, recvs = [], []
     for other in h.others():
         theirs = torch.empty_like(mine)
         partial[other.index] = theirs
-        for seg in pairs(count, n, other.size):
-            if seg.src != me:
-                continue
-            peer = other.members[seg.dst]
-            sends.append((peer, mine[seg.start - start:seg.end - start]))
-            recvs.append((peer, theirs[seg.start - start:seg.end - start]))
+        # A route's shape is the receiver's choice: its own block, or the whole buffer.
+        # Either way this rank sends from its block of its island's cut.
+        lo = start if scatter else 0
+        sends += [(other.members[seg.dst], mine[seg.start - lo:seg.end - lo])
+                  for seg in routes(count, n, other.size, _gathers(other)) if seg.src == me]
+        recvs += [(other.members[seg.src], theirs[seg.start - start:seg.end - start])
+                  for seg in routes(count, other.size, n, scatter) if seg.dst == me]
     h.relay.run(sends, recvs, clock)
     order = [partial[i.index] for i in h.topo.islands]
     if len(order) == 2:  # `mine` is one of the two: fold in place
@@ -135,10 +142,10 @@ def all_reduce(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, op: Any) -> 
         mine.copy_(acc)
     if op == dist.ReduceOp.AVG:
         mine.div_(h.topo.size)
-    if n > 1:
+    if scatter:
         clock.vendor_ns += h.inner.all_gather(padded, shard)
-    if padded is not flat:
-        flat.copy_(padded[:count])
+        if padded is not flat:
+            flat.copy_(padded[:count])
 
 
 def broadcast(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, root: int) -> None:
@@ -153,23 +160,33 @@ def broadcast(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, root: int) ->
     if isl.index == home.index:
         if isl.size > 1:
             clock.vendor_ns += h.inner.broadcast(flat, home.rank_of(root))
-        sends = [(other.members[seg.dst], flat[seg.start:seg.end])
-                 for other in h.others() for seg in pairs(count, home.size, other.size) if seg.src == me]
+        sends = [(other.members[seg.dst], flat[seg.start:seg.end]) for other in h.others()
+                 for seg in routes(count, home.size, other.size, _gathers(other)) if seg.src == me]
         h.relay.run(sends, [], clock)
         return
     n = isl.size
+    if not _gathers(isl):  # the whole buffer comes over the relay
+        recvs = [(home.members[seg.src], flat[seg.start:seg.end])
+                 for seg in routes(count, home.size, n, False) if seg.dst == me]
+        h.relay.run([], recvs, clock)
+        return
     length = block_len(count, n)
     padded = _padded(flat, n * length, 0)
     start, end = block(count, n, me)
-    shard = padded[me * length:me * length + length] if n > 1 else padded
+    shard = padded[me * length:me * length + length]
     recvs = [(home.members[seg.src], shard[seg.start - start:seg.end - start])
              for seg in pairs(count, home.size, n) if seg.dst == me]
     h.relay.run([], recvs, clock)
-    if n > 1:
-        own = shard.clone()  # all-gather's input must not alias its output
-        clock.vendor_ns += h.inner.all_gather(padded, own)
+    own = shard.clone()  # all-gather's input must not alias its output
+    clock.vendor_ns += h.inner.all_gather(padded, own)
     if padded is not flat:
         flat.copy_(padded[:count])
+
+
+def _gathers(isl: Island) -> bool:
+    """Whether `isl` gathers blocks itself after a relay (else it receives whole buffers).
+    Every rank decides this alike from the topology: both ends of a route must agree."""
+    return isl.size > 1 and cheap_scatter(isl.backend)
 
 
 def all_gather(h: Hierarchy, clock: PhaseClock, out: torch.Tensor, inp: torch.Tensor) -> None:
@@ -186,26 +203,31 @@ def all_gather(h: Hierarchy, clock: PhaseClock, out: torch.Tensor, inp: torch.Te
         clock.vendor_ns += h.inner.all_gather(gathered, inp)
     else:
         gathered.copy_(inp)
+    _place(out, gathered, isl, c)
     sends, recvs, arrived = [], [], []
     for other in h.others():
-        total = other.size * c  # the other island's gathered buffer
-        start, end = block(total, n, me)
-        mine = torch.empty(block_len(total, n), dtype=inp.dtype, device=inp.device)
-        arrived.append((other, mine))
-        recvs += [(other.members[seg.src], mine[seg.start - start:seg.end - start])
-                  for seg in pairs(total, other.size, n) if seg.dst == me]
-        sends += [(other.members[seg.dst], gathered[seg.start:seg.end])
-                  for seg in pairs(n * c, n, other.size) if seg.src == me]
+        # Into an island that gathers: its members' blocks of our gathered buffer. Into
+        # one that does not: each of our ranks' input to each of its ranks.
+        sends += ([(other.members[seg.dst], gathered[seg.start:seg.end])
+                   for seg in pairs(n * c, n, other.size) if seg.src == me] if _gathers(other) else
+                  [(q, inp) for q in other.members])
+        if _gathers(isl):
+            total = other.size * c
+            start, end = block(total, n, me)
+            mine = torch.empty(block_len(total, n), dtype=inp.dtype, device=inp.device)
+            arrived.append((other, mine))
+            recvs += [(other.members[seg.src], mine[seg.start - start:seg.end - start])
+                      for seg in pairs(total, other.size, n) if seg.dst == me]
+        else:
+            recvs += [(q, out[q * c:(q + 1) * c]) for q in other.members]
     h.relay.run(sends, recvs, clock)
-    _place(out, gathered, isl, c)
+    if not arrived:
+        return
     # One all-gather in the island rebuilds every other island's buffer from its blocks.
     packed = torch.cat([m for _, m in arrived]) if len(arrived) > 1 else arrived[0][1]
-    if n > 1:
-        everyone = torch.empty(n * packed.numel(), dtype=inp.dtype, device=inp.device)
-        clock.vendor_ns += h.inner.all_gather(everyone, packed)
-        rows = everyone.view(n, packed.numel())
-    else:
-        rows = packed.view(1, -1)
+    everyone = torch.empty(n * packed.numel(), dtype=inp.dtype, device=inp.device)
+    clock.vendor_ns += h.inner.all_gather(everyone, packed)
+    rows = everyone.view(n, packed.numel())
     offset = 0
     for other, m in arrived:
         width = m.numel()

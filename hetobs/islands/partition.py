@@ -8,13 +8,18 @@ common refinement of two cuts pairs every element range with exactly one owner o
 each side. Relaying along those pairs makes every rank carry its own share, so all
 links between two islands carry traffic, not only the leaders' (FlagCX's hybrid
 runner, by contrast, funnels through the ranks that own NICs).
+
+Where the island's library has no cheap all-gather (Gloo's costs about twice its
+all-reduce), `routes(..., gather_after=False)` sends every block to every member of the
+other island instead, so that island needs no gather afterwards: more bytes on the
+relay, which is the faster path there, and fewer through the slow library.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["block_len", "block", "Segment", "pairs"]
+__all__ = ["block_len", "block", "Segment", "pairs", "routes"]
 
 
 def block_len(count: int, n: int) -> int:
@@ -58,4 +63,19 @@ def pairs(count: int, n_src: int, n_dst: int) -> list[Segment]:
         end = min(a1, b1)
         out.append(Segment(i, j, pos, end))
         pos = end
+    return out
+
+
+def routes(count: int, n_src: int, n_dst: int, gather_after: bool) -> list[Segment]:
+    """Who sends which part of a buffer, cut among the `n_src` members of one island, to the
+    `n_dst` members of another. gather_after: each receiver gets only its own block (its
+    island all-gathers afterwards); else every receiver gets the whole buffer."""
+    if gather_after:
+        return pairs(count, n_src, n_dst)
+    out = []
+    for j in range(n_dst):
+        for i in range(n_src):
+            start, end = block(count, n_src, i)
+            if end > start:
+                out.append(Segment(i, j, start, end))
     return out

@@ -16,21 +16,29 @@ import torch
 
 from ..comm import Communicator
 
-__all__ = ["PhaseClock", "Relay", "relay_stage"]
+__all__ = ["PhaseClock", "Relay", "relay_pipelined", "relay_stage"]
 
 PHASE_KEYS = ("vendor_ns", "d2h_ns", "wire_ns", "h2d_ns", "chunks")
 
 
-def relay_stage(env: Any = None) -> str:
-    """HETOBS_RELAY_STAGE: auto (device tensors staged, host tensors direct) or host."""
+def _choice(env: Any, name: str, default: str, choices: tuple[str, ...]) -> str:
     from ..config import SettingError
 
-    env = os.environ if env is None else env
-    raw = env.get("HETOBS_RELAY_STAGE", "auto")
+    raw = (os.environ if env is None else env).get(name, default)
     value = raw.strip().lower()
-    if value not in ("auto", "host"):
-        raise SettingError(f"HETOBS_RELAY_STAGE={raw!r}: expected auto or host")
+    if value not in choices:
+        raise SettingError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
     return value
+
+
+def relay_stage(env: Any = None) -> str:
+    """HETOBS_RELAY_STAGE: auto (device tensors staged, host tensors direct) or host."""
+    return _choice(env, "HETOBS_RELAY_STAGE", "auto", ("auto", "host"))
+
+
+def relay_pipelined(env: Any = None) -> bool:
+    """HETOBS_RELAY_PIPELINE: 1 (chunks overlap) or 0 (copy all, send all, copy all)."""
+    return _choice(env, "HETOBS_RELAY_PIPELINE", "1", ("0", "1")) == "1"
 
 
 @dataclass
@@ -59,6 +67,7 @@ class Relay:
 
     comm: Communicator
     staged_host: bool = False  # HETOBS_RELAY_STAGE=host
+    pipeline: bool = True      # HETOBS_RELAY_PIPELINE
 
     def _stage(self, ts: list[torch.Tensor]) -> str:
         kinds = {t.device.type for t in ts}
@@ -87,6 +96,7 @@ class Relay:
             # streams. A stream sync (never a device-wide one) orders the two.
             torch.cuda.current_stream().synchronize()
         phases = self.comm.relay([(p, self._buffer(t, stage)) for p, t in sends],
-                                 [(p, self._buffer(t, stage)) for p, t in recvs], stage=stage)
+                                 [(p, self._buffer(t, stage)) for p, t in recvs], stage=stage,
+                                 pipeline=self.pipeline)
         clock.add_relay(phases)
 

@@ -121,15 +121,28 @@ def local_identity(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return {"island": island, "backend": backend, "device": device}
 
 
-def exchange(store: Any, prefix: str, rank: int, size: int, me: Mapping[str, str]) -> Topology:
-    """Publish `me` and read every rank's identity through `store` (torch Store API)."""
-    store.set(f"{prefix}{rank}", json.dumps(dict(me)))
+def exchange(store: Any, prefix: str, rank: int, size: int, env: Mapping[str, str] | None = None) -> Topology:
+    """Publish this rank's identity and read every rank's through `store` (torch Store API).
+
+    A rank whose settings are unusable publishes its error before raising, so the other
+    ranks fail at once with it instead of waiting for an identity that never comes.
+    """
+    try:
+        me: dict[str, str] = local_identity(env)
+    except IslandError as e:
+        store.set(f"{prefix}{rank}", json.dumps({"error": str(e)}))
+        raise
+    store.set(f"{prefix}{rank}", json.dumps(me))
     entries: list[dict[str, str]] = []
     for r in range(size):
         raw = bytes(store.get(f"{prefix}{r}"))
         try:
             e = json.loads(raw)
-            entries.append({k: str(e[k]) for k in ("island", "backend", "device")})
-        except (ValueError, KeyError, TypeError):
-            raise IslandError(f"rank {r} published an unreadable island identity under {prefix}{r!s}") from None
+            error = e.get("error")
+            entry = None if error else {k: str(e[k]) for k in ("island", "backend", "device")}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise IslandError(f"rank {r} published an unreadable island identity under {prefix}{r}") from None
+        if entry is None:
+            raise IslandError(f"rank {r} cannot join the islands: {error}")
+        entries.append(entry)
     return Topology.build(entries)

@@ -23,9 +23,18 @@ from ..comm import Communicator
 from ..torch._common import comm_id_for, reduction
 from .topology import IslandError, Topology
 
-__all__ = ["IslandGroup", "TorchIslandGroup", "NativeIslandGroup", "make_island_group"]
+__all__ = ["IslandGroup", "TorchIslandGroup", "NativeIslandGroup", "cheap_scatter", "make_island_group"]
 
 _INSTRUMENTED = {"gloo": 1, "nccl": 2}  # vendors hetobs's wrapper knows (Backend codes)
+# Libraries whose reduce-scatter and all-gather cost about twice their all-reduce, measured
+# (docs/islands.md): hierarchical ops avoid them and move whole buffers over the relay.
+_COSTLY_SCATTER = {"gloo"}
+
+
+def cheap_scatter(backend: str) -> bool:
+    """Whether `backend`'s reduce-scatter + all-gather cost about what its all-reduce does
+    (NCCL, HCCL, hetobs), so a hierarchical op may use them to relay one block per rank."""
+    return backend not in _COSTLY_SCATTER
 
 
 class IslandGroup:
