@@ -190,7 +190,6 @@ void ExternalComm::writeMetadata(JsonWriter& w) const {
   w.beginObject();
   w.field("comm_id", id_).field("size", size()).field("rank", rank_).field("backend", backendName(backend_));
   w.field("name", name_);
-  if (island_[0]) w.field("island", island_);
   writeRankList(w, "global_ranks", global_);
   writeRankList(w, "ring", global_);
   w.key("transports").beginObject().endObject();
