@@ -195,7 +195,8 @@ def test_old_segment_version_is_a_clear_error(island_job: dict[str, Any], tmp_pa
     raw[8:12] = struct.pack("<I", 1)  # StatsHeader.version of the layout before islands
     old = tmp_path / "hetobs-stats-old-r0"
     old.write_bytes(bytes(raw))
-    with pytest.raises(stats.StatsError, match=re.escape(f"{old}: stats layout version 1, this hetobs reads version 2")):
+    want = f"{old}: stats layout version 1, this hetobs reads version 2"
+    with pytest.raises(stats.StatsError, match=re.escape(want)):
         stats.read_segment(str(old))
     assert stats.VERSION == 2
 
@@ -286,8 +287,12 @@ def test_bad_phase_input_is_a_clear_error_and_the_op_still_ends(core: Any) -> No
     with pytest.raises(ValueError, match="end: phases key 'wire': expected vendor_ns, d2h_ns, wire_ns, h2d_ns or "
                                          "chunks"):
         ext.end(token, True, phases={"wire": 5})
-    [rec] = [x for x in core.records() if x["comm_id"] == 0x15_1A_0E]
-    assert rec["state"] == "completed" and rec["island"] == "gamma"  # no op left in flight by a caller's mistake
+    token = ext.begin(0, 6, 0, -1, 1, 1, 4)
+    with pytest.raises(TypeError, match=r"end: phases\['wire_ns'\] must be an int, not str"):
+        ext.end(token, True, phases={"wire_ns": "5"})
+    recs = [x for x in core.records() if x["comm_id"] == 0x15_1A_0E]
+    # no op left in flight by a caller's mistake
+    assert [(x["state"], x["island"]) for x in recs] == [("completed", "gamma")] * 2
     with pytest.raises(ValueError, match="needs its rank's island name"):
         core.ExternalComm(0x15_1A_0F, [0], 0, 4, 0, "islands:none")
     with pytest.raises(ValueError, match="island name 'an-island-name-too-long' is longer than 15 bytes"):

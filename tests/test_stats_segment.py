@@ -137,8 +137,8 @@ def test_other_version_is_refused_with_the_file_named(live_rank, tmp_path: Path)
     [path] = stats.segment_paths(job)
     old = stats.VERSION - 1  # a segment of the layout before this one
     bad = _damaged_copy(path, tmp_path, 8, struct.pack("<I", old))
-    with pytest.raises(stats.StatsError,
-                       match=rf"damaged-segment: stats layout version {old}, this hetobs reads version {stats.VERSION}"):
+    want = rf"damaged-segment: stats layout version {old}, this hetobs reads version {stats.VERSION}"
+    with pytest.raises(stats.StatsError, match=want):
         stats.read_segment(bad)
 
 

@@ -101,24 +101,39 @@ void checkIsland(const std::string& island, Backend backend) {
     throw py::value_error("ExternalComm: a backend 'islands' communicator needs its rank's island name (island=...)");
 }
 
-// {"vendor_ns", "d2h_ns", "wire_ns", "h2d_ns", "chunks"} -> IslandPhases; a key not listed is a mistake.
+int64_t phaseValue(const std::string& key, py::handle v) {
+  if (!py::isinstance<py::int_>(v) || py::isinstance<py::bool_>(v))
+    throw py::type_error("end: phases['" + key + "'] must be an int, not " +
+                         std::string(py::str(v.get_type().attr("__name__"))));
+  int64_t n = v.cast<int64_t>();
+  if (n < 0) throw py::value_error("end: phases['" + key + "'] = " + std::to_string(n) + " is negative");
+  return n;
+}
+
+// {"vendor_ns", "d2h_ns", "wire_ns", "h2d_ns", "chunks"} -> IslandPhases (missing keys: 0); any other key is a
+// caller's mistake, named in the error.
 IslandPhases phasesFrom(const py::object& obj) {
+  struct Time {
+    const char* key;
+    int64_t IslandPhases::*field;
+  };
+  static const Time kTimes[] = {{"vendor_ns", &IslandPhases::vendor_ns}, {"d2h_ns", &IslandPhases::d2h_ns},
+                                {"wire_ns", &IslandPhases::wire_ns}, {"h2d_ns", &IslandPhases::h2d_ns}};
   if (!py::isinstance<py::dict>(obj)) throw py::type_error("end: phases must be a dict or None");
   IslandPhases ph{};
   for (auto item : obj.cast<py::dict>()) {
     std::string k = py::str(item.first);
     if (k == "chunks") {
-      int64_t v = item.second.cast<int64_t>();
-      if (v < 0 || v > int64_t(UINT32_MAX)) throw py::value_error("end: phases['chunks'] = " + std::to_string(v) +
-                                                                  " is not a chunk count");
+      int64_t v = phaseValue(k, item.second);
+      if (v > int64_t(UINT32_MAX)) throw py::value_error("end: phases['chunks'] = " + std::to_string(v) + " too large");
       ph.chunks = uint32_t(v);
       continue;
     }
-    int64_t* slot = k == "vendor_ns" ? &ph.vendor_ns : k == "d2h_ns" ? &ph.d2h_ns : k == "wire_ns" ? &ph.wire_ns
-                    : k == "h2d_ns" ? &ph.h2d_ns : nullptr;
-    if (!slot) throw py::value_error("end: phases key '" + k + "': expected vendor_ns, d2h_ns, wire_ns, h2d_ns or chunks");
-    *slot = item.second.cast<int64_t>();
-    if (*slot < 0) throw py::value_error("end: phases['" + k + "'] is negative");
+    const Time* t = nullptr;
+    for (const Time& c : kTimes)
+      if (k == c.key) t = &c;
+    if (!t) throw py::value_error("end: phases key '" + k + "': expected vendor_ns, d2h_ns, wire_ns, h2d_ns or chunks");
+    ph.*(t->field) = phaseValue(k, item.second);
   }
   return ph;
 }

@@ -17,7 +17,8 @@ from .stacks import innermost_frame
 from .types import CommKey
 
 __all__ = [
-    "SchemaError", "OpSig", "Rec", "IslandPhases", "PeerProg", "InFlight", "LinkStat", "CommView", "RankDump", "RankMeta",
+    "SchemaError", "OpSig", "Rec", "IslandPhases", "PeerProg", "InFlight", "LinkStat", "CommView", "RankDump",
+    "RankMeta",
     "rec_from_entry", "dump_from_doc", "meta_from_doc", "check_schema", "op_name",
 ]
 
