@@ -265,6 +265,23 @@ def test_loader_parses_island_fields(island_job: dict[str, Any]) -> None:
         assert [x.phases._asdict() for x in done] == island_job["sent"][r]  # type: ignore[union-attr]
 
 
+def test_loader_names_the_slowest_phase(island_job: dict[str, Any]) -> None:
+    view = island_job["loaded"].dumps[0].comms[COMM_ID]
+    for rec, sent in zip([x for x in view.recent if x.state == "completed"], island_job["sent"][0]):
+        busiest = max(stats.ISLAND_PHASES, key=lambda p: sent[f"{p}_ns"])
+        assert rec.phases is not None and rec.phases.slowest() == busiest
+
+
+def test_end_takes_the_ops_real_times(core: Any) -> None:
+    ext = core.ExternalComm(0x15_1A_11, [0], 0, 4, 0, "islands:times", island="delta")
+    token = ext.begin(0, 6, 0, -1, 1, 1, 4)
+    start = time.monotonic_ns() - 5_000_000
+    ext.end(token, True, None, start, start + 3_000_000, {"wire_ns": 2_000_000, "chunks": 7})
+    [rec] = [x for x in core.records() if x["comm_id"] == 0x15_1A_11]
+    assert rec["duration_ms"] == pytest.approx(3.0)
+    assert rec["phases"] == {"vendor_ns": 0, "d2h_ns": 0, "wire_ns": 2_000_000, "h2d_ns": 0, "chunks": 7}
+
+
 def test_saved_dumps_still_load() -> None:
     from hetobs.diagnosis.loader import load_job
     from hetobs.diagnosis.types import Options

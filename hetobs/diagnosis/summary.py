@@ -97,6 +97,11 @@ class IslandPhases(NamedTuple):
     h2d_ns: int
     chunks: int
 
+    def slowest(self) -> Optional[str]:
+        """The phase ("vendor", "d2h", "wire", "h2d") that was busy longest; None if none was busy."""
+        best = max(("vendor", "d2h", "wire", "h2d"), key=lambda p: getattr(self, f"{p}_ns"))
+        return best if getattr(self, f"{best}_ns") > 0 else None
+
 
 def _phases(v: Any) -> Optional[IslandPhases]:
     if type(v) is not dict:
