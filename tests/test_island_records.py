@@ -283,17 +283,27 @@ def test_end_takes_the_ops_real_times(core: Any) -> None:
 
 
 def test_saved_dumps_still_load() -> None:
+    """Every saved job directory loads; 1.0 records have no island fields, the saved 1.1 island job has them."""
     from hetobs.diagnosis.loader import load_job
     from hetobs.diagnosis.types import Options
 
     cases = sorted({p.parent for p in SAVED_DUMPS.rglob("incidents")})  # every saved job directory
-    assert cases
+    assert any("v1.1" in c.parts for c in cases)
     for case in cases:
-        loaded = load_job(Options(job_dir=case))
+        loaded = load_job(Options(job_dir=case, tail_entries=64))
         assert loaded.dumps, case
         assert not [p for p in loaded.problems if "schema" in p.problem or "version" in p.problem], case
         recs = [x for d in loaded.dumps.values() for v in d.comms.values() for x in v.recent]
-        assert recs and all(x.island is None and x.phases is None for x in recs), case
+        assert recs, case
+        if "v1.0" in case.parts:
+            assert all(x.island is None and x.phases is None for x in recs), case
+    saved = load_job(Options(job_dir=SAVED_DUMPS / "v1.1" / "islands", tail_entries=64))
+    for r, island in enumerate(ISLANDS):
+        view = saved.dumps[r].comms[COMM_ID]
+        done = [x for x in view.recent if x.state == "completed"]
+        assert len(done) == OPS and all(x.island == island and x.phases and x.phases.vendor_ns > 0 for x in done)
+        assert view.in_flight is not None and view.in_flight.phase == "relay"
+        assert all(x.island is None for x in saved.dumps[r].comms[0].recent)
 
 
 def test_bad_phase_input_is_a_clear_error_and_the_op_still_ends(core: Any) -> None:
