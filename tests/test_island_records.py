@@ -29,7 +29,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _launch import Job, new_job_id  # noqa: E402
+from _launch import Job, new_job_id, run_python  # noqa: E402
 
 from hetobs import stats  # noqa: E402
 
@@ -270,6 +270,31 @@ def test_loader_names_the_slowest_phase(island_job: dict[str, Any]) -> None:
     for rec, sent in zip([x for x in view.recent if x.state == "completed"], island_job["sent"][0]):
         busiest = max(stats.ISLAND_PHASES, key=lambda p: sent[f"{p}_ns"])
         assert rec.phases is not None and rec.phases.slowest() == busiest
+
+
+PHASE_PROGRESS_BODY = """
+import time, hetobs
+from hetobs import _core, stats
+hetobs.init()
+path = _core.runtime_info()["stats_segment"]
+ext = _core.ExternalComm(0x15_1A_12, [0], 0, 4, 0, "islands:progress", island="eps")
+token = ext.begin(0, 6, 0, -1, 1, 1, 4)
+before = stats.read_segment(path).last_progress_ns
+while time.time_ns() < before + 5_000_000:  # let the clock move past the last progress (no waiting on anyone)
+    pass
+ext.set_phase(token, "wire")
+after = stats.read_segment(path).last_progress_ns
+ext.end(token, True)
+emit({"before": before, "after": after})
+"""
+
+
+def test_a_phase_change_is_progress(core: Any, tmp_path: Path) -> None:
+    env = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1",
+           "HETOBS_JOB_ID": new_job_id("islp"), "HETOBS_DIR": str(tmp_path / "hetobs"), "HETOBS_DEBUG": "ERROR"}
+    r = run_python(PHASE_PROGRESS_BODY, env=env, timeout=60, workdir=tmp_path)
+    assert r.returncode == 0 and r.result is not None, r.stderr
+    assert r.result["after"] >= r.result["before"] + 5_000_000
 
 
 def test_end_takes_the_ops_real_times(core: Any) -> None:

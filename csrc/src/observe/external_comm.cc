@@ -52,10 +52,13 @@ const ExternalComm::Slot* ExternalComm::slotOf(uint64_t token) const {
 }
 
 void ExternalComm::setPhase(uint64_t token, IslandPhase phase) {
-  if (Slot* s = slotOf(token)) {
-    s->phase_ns.store(monoNs(), std::memory_order_relaxed);
-    s->phase.store(uint8_t(phase), std::memory_order_relaxed);
-  }
+  Slot* s = slotOf(token);
+  if (!s) return;
+  int64_t now = monoNs();
+  s->phase_ns.store(now, std::memory_order_relaxed);
+  s->phase.store(uint8_t(phase), std::memory_order_relaxed);
+  // A phase change is progress, for the watchdog (inFlight) and for the segment's readers alike.
+  if (Runtime* rt = Runtime::get()) rt->noteProgressAt(now);
 }
 
 uint64_t ExternalComm::begin(const ExternalOp& o) {
