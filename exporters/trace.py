@@ -26,13 +26,12 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from hetobs.stats import ISLAND_PHASES as PHASES  # phase tracks of an island op, in this order
+
 from .source import Snapshot
 
-__all__ = ["TraceError", "latest_incident", "events_from_incident", "events_from_snapshot", "build", "write",
-           "PHASES"]
+__all__ = ["TraceError", "latest_incident", "events_from_incident", "events_from_snapshot", "build", "write"]
 
-# Phase tracks of an island op, drawn in this order under its communicator's track.
-PHASES = ("vendor", "d2h", "wire", "h2d")
 _TRACK_ORDER = {p: i + 1 for i, p in enumerate(PHASES)}
 
 
