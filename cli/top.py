@@ -1,7 +1,8 @@
 """`hetobs top --job ID`: a live view of the job's ranks on this node.
 
 Reads the ranks' stats segments (like the exporter), so it keeps showing a rank that
-hangs or is stopped. Per rank: state, the op in flight with its sequence id, seconds
+hangs or is stopped. Per rank: its host (and island, "node7 [cuda]", in a heterogeneous
+job; `island` in --json), state, the op in flight with its sequence id, seconds
 since progress (yellow past half the threshold, red past it), busbw/algbw of the last
 window, ops in it; per link: send/receive throughput, busy share and network
 bandwidth. `--once` prints one view (the window is --interval long) and exits;
@@ -61,7 +62,8 @@ def render(doc: dict[str, Any], threshold: float) -> Group:
         current = "\n".join(f"{c['comm']}: {c['op']} #{c['seq']}, {c['seconds']:.1f}s" for c in r.get("current", []))
         if r.get("problem"):
             current = f"{r['problem']}: {r.get('detail') or ''}"
-        ranks.add_row(str(r["rank"]), r.get("host") or "-", str(r.get("pid", "-")),
+        host = (r.get("host") or "-") + (f" [{r['island']}]" if r.get("island") else "")  # heterogeneous jobs
+        ranks.add_row(str(r["rank"]), host, str(r.get("pid", "-")),
                       Text(state, style=_STATE_STYLE.get(state, "")), Text(current or "-"),
                       _age(r.get("seconds_since_progress"), threshold), _num(r.get("heartbeat_age_s"), "{:.1f}"),
                       _num(r.get("busbw_gbps")), _num(r.get("algbw_gbps")), _num(r.get("window_ops"), "{}"),

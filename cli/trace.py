@@ -3,7 +3,8 @@
 Default source: the latest incident's dumps (every rank, any host, as of the
 incident); `--incident` picks one; `--live` reads the record rings of the ranks on
 this node instead (also the fallback when the job has no incident yet). One track per
-rank and communicator; open the file in https://ui.perfetto.dev or chrome://tracing.
+rank and communicator, plus one per phase (vendor, d2h, wire, h2d) under a communicator
+of hierarchical island ops; open the file in https://ui.perfetto.dev or chrome://tracing.
 
 Exit codes: 0 written, 2 usage error, 3 nothing to draw (no incident, no readable
 dump, no segment), 4 I/O error writing the file.
@@ -64,7 +65,7 @@ def trace(
     for p in problems:
         out.warning(p)
     doc = tr.build(raw, hosts, source)
-    ops = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X")
+    ops = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") != "island_phase")
     if output == "-":
         import json
 

@@ -17,7 +17,7 @@ from typing import Sequence
 
 from hetobs import stats
 
-from .naming import METRICS, RANK_STATES, SEGMENT_PROBLEMS, MetricSpec, size_class
+from .naming import ISLAND_PHASES, METRICS, RANK_STATES, SEGMENT_PROBLEMS, MetricSpec, size_class
 from .source import RankEntry, Snapshot
 
 __all__ = ["Family", "families", "busbw_factor", "rank_state", "seconds_since_progress", "LATENCY_LE"]
@@ -106,11 +106,21 @@ def _rank_metrics(f: dict[str, Family], job: str, e: RankEntry, now: int) -> Non
     f["hetobs_hang_timeout_seconds"].samples.append((rl, st.hang_timeout_s))
     f["hetobs_hangs_detected"].samples.append((rl, float(st.hangs_detected)))
     f["hetobs_dumps_written"].samples.append((rl, float(st.dumps_written)))
+    if st.island_totals is not None:
+        _island_metrics(f, (job, str(e.rank), st.island), st.island_totals)
     jr: Labels = (job, str(e.rank))
     for c in st.comms:
         _comm_metrics(f, jr, c, now)
     for ln in st.links:
         _link_metrics(f, jr, ln, now)
+
+
+def _island_metrics(f: dict[str, Family], il: Labels, t: stats.IslandTotals) -> None:
+    f["hetobs_rank_island"].samples.append((il, 1.0))
+    for phase in ISLAND_PHASES:
+        f["hetobs_island_phase_seconds"].samples.append((il + (phase,), t.phase_ns[phase] / 1e9))
+    f["hetobs_island_relay_chunks"].samples.append((il, float(t.chunks)))
+    f["hetobs_island_ops"].samples.append((il, float(t.ops)))
 
 
 def _comm_metrics(f: dict[str, Family], rl: Labels, c: stats.CommStats, now: int) -> None:

@@ -5,13 +5,20 @@ from here, so a rename is one edit and `monitoring/` cannot drift unnoticed (a t
 checks every name used there against `served_names()`).
 
 Label rules: every label set is bounded by the job's shape — job id, rank, host,
-communicator, op kind, peer, direction, transport, a message-size class, a state —
+communicator, op kind, peer, direction, transport, a message-size class, a state,
+a rank's island and a phase of the fixed set `ISLAND_PHASES` —
 never a sequence id, record id, pid or timestamp, which would make a new series per
 op.
 
 Why `job_id` and not `job`: Prometheus attaches its own `job` label (the scrape
 job) to every series; an exporter label of that name would be renamed
 `exported_job` on ingestion, which is a trap for every query written against it.
+
+Why the island is an info gauge (`hetobs_rank_island`) and not a label on every
+per-rank series: adding a label to `hetobs_seconds_since_progress` or the per-op
+counters would change their series (the names others rely on) for every job,
+heterogeneous or not. Join it where wanted: `... * on (job_id, rank)
+group_left(island) hetobs_rank_island`.
 
 Why the message-size class (`msg_size`) sits on the bandwidth gauges only: it is
 derived from bytes / calls of an op kind (the stats segment has no per-size
@@ -25,9 +32,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hetobs.stats import ISLAND_PHASES  # phases of a hierarchical op with a busy-time counter
+
 __all__ = [
     "MetricSpec", "METRICS", "BY_NAME", "served_names", "otel_name", "otel_unit", "size_class", "SIZE_CLASSES",
-    "RANK_STATES", "SEGMENT_PROBLEMS", "RANK", "COMM", "OP", "LINK",
+    "RANK_STATES", "SEGMENT_PROBLEMS", "RANK", "COMM", "OP", "LINK", "ISLAND", "ISLAND_PHASES",
 ]
 
 # Label sets (order is the order of label values in every sample). `host` sits on the
@@ -38,6 +47,8 @@ RANK = ("job_id", "rank", "host")
 COMM = ("job_id", "rank", "comm")
 OP = COMM + ("op",)
 LINK = COMM + ("peer", "transport")
+ISLAND = ("job_id", "rank", "island")  # per rank: a rank is in one island
+
 
 # Per-rank state (hetobs_rank_state{state=...} is 1 for the current one, 0 for the others).
 RANK_STATES = ("healthy", "suspect", "stuck", "stopped", "dead", "exited")
@@ -130,6 +141,15 @@ METRICS: tuple[MetricSpec, ...] = (
        "Network bandwidth of the link: bytes (both directions) over busy time; separate from busbw."),
     _m("hetobs_link_seconds_since_activity", "gauge", "", LINK,
        "Seconds since the last byte moved over the link (absent if none ever did).", otel_unit="s"),
+    # --- islands: hierarchical ops of heterogeneous jobs (ranks that run them only) ---------------
+    _m("hetobs_rank_island", "gauge", "", ISLAND,
+       "1 for the rank's island; join it onto per-rank series on (job_id, rank) with group_left(island)."),
+    _m("hetobs_island_phase_seconds", "counter", "seconds", ISLAND + ("phase",),
+       "Busy time of each phase of the rank's hierarchical ops: vendor (the island's own collective), d2h, "
+       "wire, h2d (the host relay between islands; pipelined, so these overlap)."),
+    _m("hetobs_island_relay_chunks", "counter", "", ISLAND, "Chunks the rank's hierarchical ops relayed."),
+    _m("hetobs_island_ops", "counter", "", ISLAND,
+       "Hierarchical ops the rank finished: rate(phase seconds) / rate(this) is a phase's time per op."),
     # --- the exporter itself -------------------------------------------------------------------
     _m("hetobs_exporter_snapshot_seconds", "gauge", "seconds", ("job_id",),
        "Time this scrape spent reading the job's stats segments."),

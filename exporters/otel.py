@@ -167,6 +167,9 @@ class SpanPump:
             "hetobs.busbw_gbps": float(rec["busbw_gbps"]), "hetobs.record_id": int(rec["record_id"]),
             "hetobs.state": rec["state"],
         }
+        if rec.get("island"):  # a hierarchical op: its island and the busy time of each phase
+            attrs["hetobs.island"] = str(rec["island"])
+            attrs.update({f"hetobs.{k}": int(v) for k, v in (rec.get("phases") or {}).items()})
         if rec["op"] in ("send", "recv", "broadcast", "reduce") and int(rec["root_or_peer"]) >= 0:
             attrs["hetobs.peer" if rec["op"] in ("send", "recv") else "hetobs.root"] = int(rec["root_or_peer"])
         span = self.tracer.start_span(f"hetobs.{rec['op']}", kind=SpanKind.INTERNAL, start_time=int(start),

@@ -93,7 +93,13 @@ def _connect_through_store(endpoint: _Endpoint, store: Store, prefix: str, rank:
 
 
 def records() -> list[dict[str, Any]]:
-    """Every op record this process holds (all communicators), oldest first."""
+    """Every op record this process holds (all communicators), oldest first.
+
+    Keys are those of a dump entry (docs/dump-schema.md), with `island` and `phases`
+    always present: None for every op but a hierarchical (island) one, whose `phases`
+    dict {"vendor_ns", "d2h_ns", "wire_ns", "h2d_ns", "chunks"} is zero until it ends.
+    `hetobs.stats.read_segment(...).records` have the same keys.
+    """
     from . import _core
 
     return list(_core.records())

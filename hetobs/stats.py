@@ -17,11 +17,11 @@ from typing import Iterator
 
 __all__ = [
     "StatsError", "RankStats", "CommStats", "LinkStats", "OpKindStats", "read_segment", "segment_paths",
-    "process_state", "OP_KINDS", "LATENCY_BUCKETS", "BANDWIDTH_BUCKETS",
+    "process_state", "OP_KINDS", "LATENCY_BUCKETS", "BANDWIDTH_BUCKETS", "IslandTotals", "ISLAND_PHASES",
 ]
 
 MAGIC = b"HTBSTATS"
-VERSION = 1
+VERSION = 2  # 2: island fields in the header and in each op record
 OP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier", "send",
             "recv", "gather", "scatter")
 LATENCY_BUCKETS = 24  # bucket b: duration < 2**b microseconds (the last one: everything above)
@@ -29,10 +29,12 @@ BANDWIDTH_BUCKETS = 20  # bucket b: busbw < 2**b MB/s (the last one: everything 
 _DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
 _STATES = ("enqueued", "started", "completed", "failed")
 _ALGOS = ("none", "ring", "direct", "chain", "p2p")
-_BACKENDS = ("native", "gloo", "nccl", "mpi")
+_BACKENDS = ("native", "gloo", "nccl", "mpi", "islands")
+# Busy-time phases of a hierarchical op, in the order of the header's totals and a record's `phases`.
+ISLAND_PHASES = ("vendor", "d2h", "wire", "h2d")
 
 # (offset, struct format) of the header fields read here; tests check them against the C++ offsets.
-_HEADER = struct.Struct("<8sII" "IIIIII" "QQQQ" "iiii" "Q" "64s64s" "d" "qq" "QQQ" "III" "I" "q")
+_HEADER = struct.Struct("<8sII" "IIIIII" "QQQQ" "iiii" "Q" "64s64s" "d" "qq" "QQQ" "III" "I" "q" "16s" "QQQQ" "QQ")
 _HEADER_FIELDS = (
     "magic", "version", "header_bytes",
     "comm_capacity", "comm_bytes", "link_capacity", "link_bytes", "record_capacity", "record_bytes",
@@ -41,11 +43,12 @@ _HEADER_FIELDS = (
     "process_start_ticks", "job", "host", "hang_timeout_s",
     "heartbeat_ns", "last_progress_ns", "hangs_detected", "dumps_written", "records_next",
     "state", "comms_used", "links_used", "reserved1", "wall_minus_mono_ns",
+    "island", "island_vendor_ns", "island_d2h_ns", "island_wire_ns", "island_h2d_ns", "island_chunks", "island_ops",
 )
 _COMM_HEAD = struct.Struct("<QQiiQQQqII")  # version .. failed (64 bytes)
 _OPKIND = struct.Struct("<QQQQ" + "Q" * (LATENCY_BUCKETS + BANDWIDTH_BUCKETS))
 _LINK = struct.Struct("<Qii8s" "QQQQqq" "QQQQQQQq")
-_RECORD = struct.Struct("<QQQQQQQQqqqddiiiBBBBBBB5x96s")
+_RECORD = struct.Struct("<QQQQQQQQqqqddiiiBBBBBBB5x96s" "16s" "qqqq" "I4x")
 
 
 class StatsError(ValueError):
@@ -92,6 +95,15 @@ class LinkStats:
 
 
 @dataclass(frozen=True)
+class IslandTotals:
+    """A rank's hierarchical (island) ops so far: busy ns per phase (ISLAND_PHASES), relay chunks, ops."""
+
+    phase_ns: dict[str, int]
+    chunks: int
+    ops: int
+
+
+@dataclass(frozen=True)
 class RankStats:
     path: str
     job: str
@@ -110,6 +122,8 @@ class RankStats:
     comms: list[CommStats] = field(default_factory=list)
     links: list[LinkStats] = field(default_factory=list)
     records: list[dict[str, object]] = field(default_factory=list)
+    island: str = ""  # the rank's island ("" when it runs no hierarchical op)
+    island_totals: IslandTotals | None = None  # None when `island` is ""
 
     @property
     def stale(self) -> bool:
@@ -172,6 +186,7 @@ def _records(buf: mmap.mmap, h: dict[str, int], offset_ns: int, limit: int) -> I
         if v[1] != rid:
             continue  # overwritten while we read
         op = OP_KINDS[v[16]] if v[16] < len(OP_KINDS) else "invalid"
+        island = _cstr(v[24])
         yield {
             "record_id": rid, "comm_id": v[2], "collective_seq_id": v[3], "p2p_seq_id": v[4], "op": op,
             "count": v[5], "out_count": v[6], "bytes": v[7],
@@ -185,13 +200,17 @@ def _records(buf: mmap.mmap, h: dict[str, int], offset_ns: int, limit: int) -> I
             "backend": _BACKENDS[v[21]] if v[21] < len(_BACKENDS) else "invalid",
             "device_type": "cuda" if v[22] == 1 else "cpu",
             "error": _cstr(v[23]) or None,
+            # Hierarchical (island) ops only; None for every other op (as in _core.records()).
+            "island": island or None,
+            "phases": dict(vendor_ns=v[25], d2h_ns=v[26], wire_ns=v[27], h2d_ns=v[28], chunks=v[29])
+            if island else None,
         }
 
 
 def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankStats:
     """Read one segment. `records`: how many of the newest op records to include.
 
-    Raises StatsError naming the file for anything that is not a readable v1 segment.
+    Raises StatsError naming the file for anything that is not a readable segment of VERSION.
     """
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -239,13 +258,16 @@ def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankSta
                                    "recv_received", "recv_done"), v[10:17]),
                               last_change_ns=v[17] + offset_ns if v[17] else 0)))
         recs = list(_records(buf, h, offset_ns, records)) if records else []
+        island = _cstr(h["island"])
         return RankStats(
             path=path, job=_cstr(h["job"]), rank=h["rank"], world_size=h["world_size"], pid=h["pid"],
             host=_cstr(h["host"]), process_start_ticks=h["process_start_ticks"], hang_timeout_s=h["hang_timeout_s"],
             heartbeat_ns=h["heartbeat_ns"], last_progress_ns=h["last_progress_ns"],
             hangs_detected=h["hangs_detected"], dumps_written=h["dumps_written"], exited_cleanly=h["state"] == 1,
             process=process_state(h["pid"], h["process_start_ticks"], proc), comms=comms, links=links,
-            records=recs)
+            records=recs, island=island,
+            island_totals=IslandTotals({p: h[f"island_{p}_ns"] for p in ISLAND_PHASES}, h["island_chunks"],
+                                       h["island_ops"]) if island else None)
     except struct.error as e:
         raise StatsError(f"{path}: malformed ({e})") from None
     finally:

@@ -1206,6 +1206,57 @@ def prog_init_only(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
     return res
 
 
+def prog_island_ops(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
+    """Hierarchical ops recorded the way the hetobs_islands backend records them, without torch.
+
+    Rank r is in island args['islands'][r]. Each op is one ExternalComm record (backend
+    'islands'): a native all_reduce stands for the island's vendor collective, a copy for
+    device->host and host->device, another all_reduce for the wire; their measured times
+    are the op's phases. The last op stays in flight in its relay phase until gate
+    'finish-<rank>' opens, so the test can dump and read the job meanwhile.
+    """
+    import hetobs
+    from hetobs import _core
+    from hetobs.buffers import DTYPES
+    from hetobs.comm import OPS, REDUCTIONS
+
+    comm = ctx.init()
+    cid = int(args["comm_id"])
+    ext = _core.ExternalComm(cid, list(range(ctx.world)), ctx.rank, 4, 0, "islands:test",  # 4: backend islands
+                             island=args["islands"][ctx.rank])
+    x = np.ones(4096, np.float32)
+    codes = (OPS["all_reduce"], DTYPES["float32"], REDUCTIONS["sum"], -1, x.size, x.size, x.nbytes)
+
+    def timed(fn: Callable[[], Any]) -> int:
+        t0 = time.monotonic_ns()
+        fn()
+        return time.monotonic_ns() - t0
+
+    sent = []
+    for _ in range(int(args["ops"])):
+        token = ext.begin(*codes)
+        ext.set_phase(token, "vendor")
+        vendor = timed(lambda: comm.all_reduce(x))
+        ext.set_phase(token, "relay")
+        host = x.copy()
+        d2h = timed(lambda: np.copyto(host, x))
+        wire = timed(lambda: comm.all_reduce(host))
+        h2d = timed(lambda: np.copyto(x, host))
+        ext.set_phase(token, "vendor")
+        vendor += timed(lambda: comm.all_reduce(x))
+        phases = {"vendor_ns": vendor, "d2h_ns": d2h, "wire_ns": wire, "h2d_ns": h2d, "chunks": 1}
+        ext.end(token, True, phases=phases)
+        sent.append(phases)
+    token = ext.begin(*codes)
+    ext.set_phase(token, "relay")
+    ctx.event("in_flight", phases=sent, segment=_core.runtime_info()["stats_segment"])
+    ctx.gate_wait(f"finish-{ctx.rank}")
+    ext.end(token, True)
+    records = [r for r in hetobs._core.records() if r["comm_id"] == cid]
+    comm.close()
+    return {"rank": ctx.rank, "phases": sent, "records": records}
+
+
 def prog_selftest(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
     """The launcher's own test (no hetobs): events, gates, results, hangs, crashes."""
     ctx.event("started", pid=os.getpid())
@@ -1233,6 +1284,7 @@ PROGRAMS: dict[str, Callable[[Ctx, dict[str, Any]], dict[str, Any]]] = {
     "async_timeout": prog_async_timeout,
     "init_only": prog_init_only,
     "selftest": prog_selftest,
+    "island_ops": prog_island_ops,
 }
 
 

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _telemetry_job import RankJob  # noqa: E402
 from telemetry_programs import expected_bytes  # noqa: E402
 
+from hetobs import stats  # noqa: E402
 from hetobs.exporters.prometheus import HetobsCollector  # noqa: E402
 from hetobs.exporters.source import ShmSource  # noqa: E402
 
@@ -51,6 +52,9 @@ def job(tmp_path: Path):
                 os.unlink(path)
 
 
+OTHER_VERSION = stats.VERSION + 1  # a layout this reader does not know
+
+
 def _fake(job: RankJob, rank: int, data: bytes) -> str:
     path = f"/dev/shm/hetobs-stats-{job.job_id}-r{rank}"
     Path(path).write_bytes(data)
@@ -71,7 +75,7 @@ def test_broken_segments_are_marked_and_others_exported(job: RankJob, caplog: py
     assert [e.rank for e in source.snapshot().ranks] == [0, 1, 2]  # rank 1 is seen once: it can vanish later
 
     good = Path(job.segments()[0]).read_bytes()
-    _fake(job, 3, good[:8] + struct.pack("<I", 2) + good[12:])  # another layout version
+    _fake(job, 3, good[:8] + struct.pack("<I", OTHER_VERSION) + good[12:])  # another layout version
     _fake(job, 4, good[:5000])  # truncated
     _fake(job, 5, b"NOTOURS!" + good[8:])  # foreign
     os.unlink(f"/dev/shm/hetobs-stats-{j}-r1")  # vanished while its process lives
@@ -94,7 +98,8 @@ def test_broken_segments_are_marked_and_others_exported(job: RankJob, caplog: py
                   op="all_reduce") == float(expected_bytes(WORLD, 1)["all_reduce"])
     # One clear log line per broken rank, naming the file and the reason.
     text = caplog.text
-    assert f"hetobs-stats-{j}-r3: stats layout version 2, this hetobs reads version 1" in text
+    assert (f"hetobs-stats-{j}-r3: stats layout version {OTHER_VERSION}, this hetobs reads version "
+            f"{stats.VERSION}") in text
     assert f"hetobs-stats-{j}-r4: truncated" in text
     assert "not a hetobs stats segment" in text
     assert f"rank 1: /dev/shm/hetobs-stats-{j}-r1: segment gone" in text

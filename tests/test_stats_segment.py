@@ -63,7 +63,9 @@ def test_layout_matches_the_native_structs() -> None:
     # Field offsets the reader depends on, computed from its struct format.
     fmt = stats._HEADER.format
     for field_name, key in [("heartbeat_ns", "StatsHeader.heartbeat_ns"), ("records_next", "StatsHeader.records_next"),
-                            ("wall_minus_mono_ns", "StatsHeader.wall_minus_mono_ns"), ("job", "StatsHeader.job")]:
+                            ("wall_minus_mono_ns", "StatsHeader.wall_minus_mono_ns"), ("job", "StatsHeader.job"),
+                            ("island", "StatsHeader.island"), ("island_vendor_ns", "StatsHeader.island_vendor_ns"),
+                            ("island_ops", "StatsHeader.island_ops")]:
         idx = stats._HEADER_FIELDS.index(field_name)
         prefix = struct.Struct(_prefix_format(fmt, idx))
         assert prefix.size == native[key], field_name
@@ -133,8 +135,10 @@ def _damaged_copy(src: str, tmp_path: Path, offset: int, data: bytes) -> str:
 def test_other_version_is_refused_with_the_file_named(live_rank, tmp_path: Path) -> None:
     _, job = live_rank
     [path] = stats.segment_paths(job)
-    bad = _damaged_copy(path, tmp_path, 8, struct.pack("<I", 2))
-    with pytest.raises(stats.StatsError, match=r"damaged-segment: stats layout version 2, this hetobs reads version 1"):
+    old = stats.VERSION - 1  # a segment of the layout before this one
+    bad = _damaged_copy(path, tmp_path, 8, struct.pack("<I", old))
+    want = rf"damaged-segment: stats layout version {old}, this hetobs reads version {stats.VERSION}"
+    with pytest.raises(stats.StatsError, match=want):
         stats.read_segment(bad)
 
 

@@ -93,6 +93,51 @@ void hookRelease(void* c) { delete static_cast<ExternalRef*>(c); }
 
 const ExternalHooks kHooks{kExternalHooksAbi, hookBegin, hookEnd, hookRetain, hookRelease};
 
+void checkIsland(const std::string& island, Backend backend) {
+  if (island.size() >= kIslandNameBytes)
+    throw py::value_error("ExternalComm: island name '" + island + "' is longer than " +
+                          std::to_string(kIslandNameBytes - 1) + " bytes");
+  if (backend == Backend::kIslands && island.empty())
+    throw py::value_error("ExternalComm: a backend 'islands' communicator needs its rank's island name (island=...)");
+}
+
+int64_t phaseValue(const std::string& key, py::handle v) {
+  if (!py::isinstance<py::int_>(v) || py::isinstance<py::bool_>(v))
+    throw py::type_error("end: phases['" + key + "'] must be an int, not " +
+                         std::string(py::str(v.get_type().attr("__name__"))));
+  int64_t n = v.cast<int64_t>();
+  if (n < 0) throw py::value_error("end: phases['" + key + "'] = " + std::to_string(n) + " is negative");
+  return n;
+}
+
+// {"vendor_ns", "d2h_ns", "wire_ns", "h2d_ns", "chunks"} -> IslandPhases (missing keys: 0); any other key is a
+// caller's mistake, named in the error.
+IslandPhases phasesFrom(const py::object& obj) {
+  struct Time {
+    const char* key;
+    int64_t IslandPhases::*field;
+  };
+  static const Time kTimes[] = {{"vendor_ns", &IslandPhases::vendor_ns}, {"d2h_ns", &IslandPhases::d2h_ns},
+                                {"wire_ns", &IslandPhases::wire_ns}, {"h2d_ns", &IslandPhases::h2d_ns}};
+  if (!py::isinstance<py::dict>(obj)) throw py::type_error("end: phases must be a dict or None");
+  IslandPhases ph{};
+  for (auto item : obj.cast<py::dict>()) {
+    std::string k = py::str(item.first);
+    if (k == "chunks") {
+      int64_t v = phaseValue(k, item.second);
+      if (v > int64_t(UINT32_MAX)) throw py::value_error("end: phases['chunks'] = " + std::to_string(v) + " too large");
+      ph.chunks = uint32_t(v);
+      continue;
+    }
+    const Time* t = nullptr;
+    for (const Time& c : kTimes)
+      if (k == c.key) t = &c;
+    if (!t) throw py::value_error("end: phases key '" + k + "': expected vendor_ns, d2h_ns, wire_ns, h2d_ns or chunks");
+    ph.*(t->field) = phaseValue(k, item.second);
+  }
+  return ph;
+}
+
 }  // namespace
 
 void registerComm(py::module_& m) {
@@ -198,16 +243,18 @@ void registerComm(py::module_& m) {
 
   py::class_<ExternalComm, std::shared_ptr<ExternalComm>>(m, "ExternalComm",
                                                           "Records ops that a vendor library runs (Gloo, NCCL, MPI).")
-      .def(py::init([](uint64_t id, std::vector<int> global, int rank, int backend, int device, std::string name) {
-             if (backend < 0 || backend > int(Backend::kMpi)) throw py::value_error("invalid backend code");
+      .def(py::init([](uint64_t id, std::vector<int> global, int rank, int backend, int device, std::string name,
+                       std::string island) {
+             if (backend < 0 || backend > int(Backend::kIslands)) throw py::value_error("invalid backend code");
              if (rank < 0 || rank >= int(global.size())) throw py::value_error("rank outside the member list");
+             checkIsland(island, Backend(backend));
              auto c = std::make_shared<ExternalComm>(id, std::move(global), rank, Backend(backend),
-                                                     DeviceType(device), std::move(name));
+                                                     DeviceType(device), std::move(name), std::move(island));
              c->attach();
              return c;
            }),
            py::arg("comm_id"), py::arg("global_ranks"), py::arg("rank"), py::arg("backend"), py::arg("device"),
-           py::arg("name") = "")
+           py::arg("name") = "", py::arg("island") = "")
       .def(
           "begin",
           [](ExternalComm& c, int op, int dtype, int redop, int rootOrPeer, uint64_t count, uint64_t outCount,
@@ -225,9 +272,37 @@ void registerComm(py::module_& m) {
           },
           py::arg("op"), py::arg("dtype"), py::arg("redop"), py::arg("root_or_peer"), py::arg("count"),
           py::arg("out_count"), py::arg("bytes"))
-      .def("end", [](ExternalComm& c, uint64_t token, bool ok, const std::string& error) {
-             c.end(token, ok, error.empty() ? nullptr : error.c_str());
-           }, py::arg("token"), py::arg("ok") = true, py::arg("error") = "")
+      .def(
+          "end",
+          [](ExternalComm& c, uint64_t token, bool ok, const py::object& error, int64_t start, int64_t end,
+             const py::object& phases) {
+            std::string err = error.is_none() ? "" : py::str(error).cast<std::string>();
+            const char* e = err.empty() ? nullptr : err.c_str();
+            if (phases.is_none()) return c.end(token, ok, e, start, end);
+            IslandPhases ph;
+            try {
+              ph = phasesFrom(phases);
+            } catch (...) {
+              c.end(token, ok, e, start, end);  // the op still ends (no false hang); the caller learns why
+              throw;
+            }
+            c.end(token, ok, e, start, end, &ph);
+          },
+          py::arg("token"), py::arg("ok") = true, py::arg("error") = py::none(), py::arg("start") = 0,
+          py::arg("end") = 0, py::arg("phases") = py::none(),
+          "Finish op `token`. start/end: monotonic ns (time.monotonic_ns()) when it really ran, 0 = begin()/now; "
+          "phases: {'vendor_ns', 'd2h_ns', 'wire_ns', 'h2d_ns', 'chunks'} of a hierarchical op (missing keys: 0).")
+      .def(
+          "set_phase",
+          [](ExternalComm& c, uint64_t token, const std::string& phase) {
+            IslandPhase p;
+            if (!islandPhaseFromName(phase.c_str(), &p))
+              throw py::value_error("set_phase: phase '" + phase + "': expected none, vendor, relay, d2h, wire or h2d");
+            c.setPhase(token, p);
+          },
+          py::arg("token"), py::arg("phase"),
+          "The in-flight op `token` now runs `phase` (shown as the in-flight op's \"phase\" in dumps).")
+      .def_property_readonly("island", [](const ExternalComm& c) { return std::string(c.island()); })
       .def(
           "_hooks",
           [](const std::shared_ptr<ExternalComm>& self) {

@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "hetobs/common/clock.h"
 #include "hetobs/common/wire.h"
@@ -61,6 +62,20 @@ py::dict recordDict(const OpRecord& r) {
   d["algbw_gbps"] = r.algbw_gbps;
   d["busbw_gbps"] = r.busbw_gbps;
   d["error"] = r.error[0] ? py::object(py::str(r.error)) : py::object(py::none());
+  // Hierarchical (island) ops only; None for every other op, so every record has the keys.
+  if (r.island[0]) {
+    d["island"] = std::string(r.island, strnlen(r.island, sizeof r.island));
+    py::dict ph;
+    ph["vendor_ns"] = r.phases.vendor_ns;
+    ph["d2h_ns"] = r.phases.d2h_ns;
+    ph["wire_ns"] = r.phases.wire_ns;
+    ph["h2d_ns"] = r.phases.h2d_ns;
+    ph["chunks"] = r.phases.chunks;
+    d["phases"] = ph;
+  } else {
+    d["island"] = py::none();
+    d["phases"] = py::none();
+  }
   return d;
 }
 
@@ -116,12 +131,13 @@ void registerRecords(py::module_& m) {
     OFF(StatsHeader, process_start_ticks); OFF(StatsHeader, job); OFF(StatsHeader, host);
     OFF(StatsHeader, hang_timeout_s); OFF(StatsHeader, heartbeat_ns); OFF(StatsHeader, last_progress_ns);
     OFF(StatsHeader, hangs_detected); OFF(StatsHeader, records_next); OFF(StatsHeader, state);
-    OFF(StatsHeader, links_used); OFF(StatsHeader, wall_minus_mono_ns);
+    OFF(StatsHeader, links_used); OFF(StatsHeader, wall_minus_mono_ns); OFF(StatsHeader, island);
+    OFF(StatsHeader, island_vendor_ns); OFF(StatsHeader, island_ops);
     OFF(CommStats, comm_id); OFF(CommStats, coll_seq); OFF(CommStats, inflight_record); OFF(CommStats, failed);
     OFF(CommStats, ops);
     OFF(LinkStats, transport); OFF(LinkStats, counters); OFF(LinkStats, progress);
     OFF(OpRecord, record_id); OFF(OpRecord, algbw_gbps); OFF(OpRecord, root_or_peer); OFF(OpRecord, op);
-    OFF(OpRecord, error);
+    OFF(OpRecord, error); OFF(OpRecord, island); OFF(OpRecord, phases);
 #undef OFF
     d["sizeof.StatsHeader"] = sizeof(StatsHeader);
     d["sizeof.CommStats"] = sizeof(CommStats);

@@ -17,7 +17,8 @@ from .stacks import innermost_frame
 from .types import CommKey
 
 __all__ = [
-    "SchemaError", "OpSig", "Rec", "PeerProg", "InFlight", "LinkStat", "CommView", "RankDump", "RankMeta",
+    "SchemaError", "OpSig", "Rec", "IslandPhases", "PeerProg", "InFlight", "LinkStat", "CommView", "RankDump",
+    "RankMeta",
     "rec_from_entry", "dump_from_doc", "meta_from_doc", "check_schema", "op_name",
 ]
 
@@ -87,6 +88,28 @@ class OpSig(NamedTuple):
         return s + (f" root {self.root}" if self.root is not None else "")
 
 
+class IslandPhases(NamedTuple):
+    """Busy ns of each phase of a hierarchical (island) op, and its relay chunks (dump 1.1 `phases`)."""
+
+    vendor_ns: int
+    d2h_ns: int
+    wire_ns: int
+    h2d_ns: int
+    chunks: int
+
+    def slowest(self) -> Optional[str]:
+        """The phase ("vendor", "d2h", "wire", "h2d") that was busy longest; None if none was busy."""
+        best = max(("vendor", "d2h", "wire", "h2d"), key=lambda p: getattr(self, f"{p}_ns"))
+        return best if getattr(self, f"{best}_ns") > 0 else None
+
+
+def _phases(v: Any) -> Optional[IslandPhases]:
+    if type(v) is not dict:
+        return None
+    raw = (v.get(k) for k in IslandPhases._fields)
+    return IslandPhases(*(x if type(x) is int else 0 for x in raw))
+
+
 class Rec(NamedTuple):
     """One op record, summarized (from a dump entry or an in-flight op)."""
 
@@ -102,6 +125,8 @@ class Rec(NamedTuple):
     completed_ns: Optional[int]
     nbytes: Optional[int]
     error: Optional[str]
+    island: Optional[str] = None  # the rank's island, for a hierarchical op (dump 1.1); else None
+    phases: Optional[IslandPhases] = None  # its phase times (an in-flight op has none yet)
 
     @property
     def sig(self) -> OpSig:
@@ -128,6 +153,7 @@ class InFlight(NamedTuple):
     algorithm: Optional[str]
     seconds_in_op: Optional[float]
     peers: tuple[PeerProg, ...]
+    phase: Optional[str] = None  # a hierarchical op's current phase (vendor, relay, ...), dump 1.1
 
     def peer(self, global_peer: int) -> Optional[PeerProg]:
         for p in self.peers:
@@ -261,7 +287,7 @@ def rec_from_entry(e: dict[str, Any]) -> Rec:
             count = total
     seq, p2p, root, peer = g("collective_seq_id"), g("p2p_seq_id"), g("root"), g("peer")
     started, completed = g("time_discovered_started_ns"), g("time_discovered_completed_ns")
-    state, nbytes, error = g("state"), g("bytes"), g("error")
+    state, nbytes, error, island = g("state"), g("bytes"), g("error"), g("island")
     return Rec(
         seq if type(seq) is int else 0, p2p if type(p2p) is int else 0, op, dtype, count,
         root if type(root) is int else None, peer if type(peer) is int else None,
@@ -269,6 +295,7 @@ def rec_from_entry(e: dict[str, Any]) -> Rec:
         started if type(started) is int and started else None,
         completed if type(completed) is int and completed else None,
         nbytes if type(nbytes) is int else None, error if type(error) is str else None,
+        island if type(island) is str and island else None, _phases(g("phases")),
     )
 
 
@@ -292,7 +319,7 @@ def _in_flight(f: Any) -> Optional[InFlight]:
     if rec.started_ns is None:
         rec = rec._replace(started_ns=_int(f.get("time_created_ns")) or None)
     peers = tuple(pp for pp in (_peer_prog(p) for p in f.get("peers") or () if isinstance(p, dict)) if pp)
-    return InFlight(rec, _str(f.get("algorithm")), _num(f.get("seconds_in_op")), peers)
+    return InFlight(rec, _str(f.get("algorithm")), _num(f.get("seconds_in_op")), peers, _str(f.get("phase")))
 
 
 def _comm_view(c: dict[str, Any]) -> Optional[CommView]:

@@ -14,6 +14,7 @@
 #include "hetobs/common/json.h"
 #include "hetobs/common/log.h"
 #include "hetobs/observe/runtime.h"
+#include "hetobs/observe/state_json.h"
 #include "hetobs/record/recorder.h"
 
 namespace hetobs {
@@ -58,6 +59,7 @@ void writeEntry(JsonWriter& w, const OpRecord& r) {
   w.field("algbw_gbps", r.algbw_gbps).field("busbw_gbps", r.busbw_gbps);
   if (r.error[0]) w.field("error", std::string(r.error));
   else w.nullField("error");
+  writeIslandFields(w, r, true);
   w.endObject();
 }
 
@@ -142,7 +144,7 @@ std::string Runtime::dump(const DumpRequest& req) {
     int64_t nowWall = wallNs();
     JsonWriter w;
     w.beginObject();
-    w.field("schema", "hetobs.dump").field("version", "1.0");
+    w.field("schema", "hetobs.dump").field("version", "1.1");
     w.field("job", cfg_.job).field("incident", req.incident).field("rank", cfg_.rank);
     w.field("world_size", cfg_.world_size).field("host", host_).field("pid", int(getpid()));
     w.field("process_start_time", stats_->header()->process_start_ticks);

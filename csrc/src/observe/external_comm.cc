@@ -1,5 +1,8 @@
 #include "hetobs/observe/external_comm.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "hetobs/common/clock.h"
 #include "hetobs/common/log.h"
 #include "hetobs/observe/runtime.h"
@@ -15,9 +18,11 @@ void add(uint64_t* p, uint64_t v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); 
 }  // namespace
 
 ExternalComm::ExternalComm(uint64_t id, std::vector<int> globalRanks, int rank, Backend backend, DeviceType device,
-                           std::string name)
+                           std::string name, std::string island)
     : global_(std::move(globalRanks)), id_(id), rank_(rank), backend_(backend), device_(device),
-      name_(std::move(name)) {}
+      name_(std::move(name)) {
+  strncpy(island_, island.c_str(), sizeof island_ - 1);
+}
 
 void ExternalComm::setGlobalRanks(std::vector<int> ranks) {
   if (ranks.size() == global_.size()) global_ = std::move(ranks);
@@ -25,7 +30,35 @@ void ExternalComm::setGlobalRanks(std::vector<int> ranks) {
 
 void ExternalComm::attach() {
   cstats_ = Runtime::commStats(&ownStats_, id_, size(), rank_);
-  if (Runtime* rt = Runtime::get()) rt->registerComm(shared_from_this());
+  if (Runtime* rt = Runtime::get()) {
+    header_ = rt->stats().header();
+    // A rank is in one island: the first island communicator names it for readers of the segment.
+    if (island_[0] && !header_->island[0]) memcpy(header_->island, island_, sizeof island_);
+    rt->registerComm(shared_from_this());
+  }
+}
+
+ExternalComm::Slot* ExternalComm::slotOf(uint64_t token) {
+  return const_cast<Slot*>(static_cast<const ExternalComm*>(this)->slotOf(token));
+}
+
+const ExternalComm::Slot* ExternalComm::slotOf(uint64_t token) const {
+  if (token == 0 || token >> 63) return nullptr;  // unwatched ops have no slot
+  for (size_t i = 0; i < kMaxInFlight; ++i) {  // begin() claimed the first free slot from rid: usually i == 0
+    const Slot& s = slots_[(token - 1 + i) % kMaxInFlight];
+    if (s.token.load(std::memory_order_acquire) == token) return &s;
+  }
+  return nullptr;
+}
+
+void ExternalComm::setPhase(uint64_t token, IslandPhase phase) {
+  Slot* s = slotOf(token);
+  if (!s) return;
+  int64_t now = monoNs();
+  s->phase_ns.store(now, std::memory_order_relaxed);
+  s->phase.store(uint8_t(phase), std::memory_order_relaxed);
+  // A phase change is progress, for the watchdog (inFlight) and for the segment's readers alike.
+  if (Runtime* rt = Runtime::get()) rt->noteProgressAt(now);
 }
 
 uint64_t ExternalComm::begin(const ExternalOp& o) {
@@ -50,6 +83,7 @@ uint64_t ExternalComm::begin(const ExternalOp& o) {
   rec.algorithm = uint8_t(p2p ? Algorithm::kP2P : Algorithm::kNone);
   rec.backend = uint8_t(backend_);
   rec.device_type = uint8_t(device_);
+  memcpy(rec.island, island_, sizeof island_);
   uint64_t rid = Recorder::instance().begin(rec);
   if (cstats_) {
     __atomic_store_n(p2p ? &cstats_->p2p_seq : &cstats_->coll_seq, p2p ? rec.p2p_seq : rec.coll_seq,
@@ -66,6 +100,8 @@ uint64_t ExternalComm::begin(const ExternalOp& o) {
       s.start_ns.store(now, std::memory_order_relaxed);
       s.bytes.store(o.bytes, std::memory_order_relaxed);
       s.op.store(uint8_t(o.op), std::memory_order_relaxed);
+      s.phase.store(uint8_t(IslandPhase::kNone), std::memory_order_relaxed);
+      s.phase_ns.store(now, std::memory_order_relaxed);
       watched_.fetch_add(1, std::memory_order_relaxed);
       return rid + 1;
     }
@@ -73,12 +109,26 @@ uint64_t ExternalComm::begin(const ExternalOp& o) {
   return (rid + 1) | (1ull << 63);  // recorded, but not watched
 }
 
-void ExternalComm::end(uint64_t token, bool ok, const char* error, int64_t startMono, int64_t endMono) {
+void ExternalComm::end(uint64_t token, bool ok, const char* error, int64_t startMono, int64_t endMono,
+                       const IslandPhases* phases) {
   if (token == 0) return;
   uint64_t rid = (token & ~(1ull << 63)) - 1;
   int64_t now = endMono ? endMono : monoNs();
   if (startMono) Recorder::instance().markStarted(rid, startMono);
-  Recorder::instance().markFinished(rid, now, ok, error);
+  Recorder::instance().markFinished(rid, now, ok, error, phases);
+  if (header_ && island_[0]) {
+    if (phases) {
+      auto add = [](std::atomic<uint64_t>& a, int64_t ns) {
+        a.fetch_add(uint64_t(std::max<int64_t>(ns, 0)), std::memory_order_relaxed);
+      };
+      add(header_->island_vendor_ns, phases->vendor_ns);
+      add(header_->island_d2h_ns, phases->d2h_ns);
+      add(header_->island_wire_ns, phases->wire_ns);
+      add(header_->island_h2d_ns, phases->h2d_ns);
+      header_->island_chunks.fetch_add(phases->chunks, std::memory_order_relaxed);
+    }
+    header_->island_ops.fetch_add(1, std::memory_order_relaxed);
+  }
   int64_t start = now;
   uint64_t bytes = 0;
   uint8_t op = 0;
@@ -90,6 +140,7 @@ void ExternalComm::end(uint64_t token, bool ok, const char* error, int64_t start
         start = c.start_ns.load(std::memory_order_relaxed);
         bytes = c.bytes.load(std::memory_order_relaxed);
         op = c.op.load(std::memory_order_relaxed);
+        c.phase.store(uint8_t(IslandPhase::kNone), std::memory_order_relaxed);
         c.token.store(0, std::memory_order_release);
         watched_.fetch_sub(1, std::memory_order_relaxed);
         found = true;
@@ -124,7 +175,8 @@ bool ExternalComm::inFlight(InFlight* out) const {
     if (!any || start < out->start_ns) {
       out->record_id = t - 1;
       out->start_ns = start;
-      out->last_progress_ns = start;  // a vendor library tells us no finer progress
+      // A vendor library tells us no finer progress than a hierarchical op's phase changes.
+      out->last_progress_ns = std::max(start, s.phase_ns.load(std::memory_order_relaxed));
       out->waiting_on.clear();
       any = true;
     }
@@ -155,6 +207,7 @@ void ExternalComm::writeState(JsonWriter& w, int64_t nowMono) const {
   w.field("comm_id", id_).field("size", size()).field("rank", rank_).field("backend", backendName(backend_));
   writeRankList(w, "global_ranks", global_);
   writeRankList(w, "ring", global_);
+  if (island_[0]) w.field("island", island_);
   w.field("last_coll_seq", collSeq_.load()).field("last_p2p_seq", p2pSeq_.load());
   w.field("failed", cstats_ && __atomic_load_n(&cstats_->failed, __ATOMIC_RELAXED) != 0).nullField("cause");
   InFlight f;
@@ -162,6 +215,9 @@ void ExternalComm::writeState(JsonWriter& w, int64_t nowMono) const {
   if (inFlight(&f) && Recorder::instance().get(f.record_id, &r)) {
     w.key("in_flight").beginObject();
     writeInFlightFields(w, r, f.start_ns, nowMono);
+    const Slot* s = slotOf(f.record_id + 1);
+    auto phase = IslandPhase(s ? s->phase.load(std::memory_order_relaxed) : 0);
+    if (island_[0] || phase != IslandPhase::kNone) w.field("phase", islandPhaseName(phase));
     w.key("peers");
     writePeers(w, nowMono);
     w.endObject();

@@ -1,5 +1,7 @@
 #include "hetobs/observe/state_json.h"
 
+#include <cstring>
+
 #include "hetobs/common/clock.h"
 #include "hetobs/common/wire.h"
 
@@ -27,9 +29,20 @@ void writeInFlightFields(JsonWriter& w, const OpRecord& r, int64_t startMono, in
   else w.nullField("peer");
   w.field("algorithm", algorithmName(Algorithm(r.algorithm))).field("state", opStateName(OpState(r.state)));
   w.field("backend", backendName(Backend(r.backend)));
+  writeIslandFields(w, r, false);  // phase times are known only once the op ends
   writeWallTimeOrNull(w, "time_created_ns", r.t_enqueue_ns);
   writeWallTimeOrNull(w, "time_discovered_started_ns", r.t_start_ns);
   w.field("seconds_in_op", double(nowMono - startMono) / 1e9);
+}
+
+void writeIslandFields(JsonWriter& w, const OpRecord& r, bool phases) {
+  if (!r.island[0]) return;
+  w.field("island", std::string(r.island, strnlen(r.island, sizeof r.island)));
+  if (!phases) return;
+  w.key("phases").beginObject();
+  w.field("vendor_ns", r.phases.vendor_ns).field("d2h_ns", r.phases.d2h_ns);
+  w.field("wire_ns", r.phases.wire_ns).field("h2d_ns", r.phases.h2d_ns).field("chunks", r.phases.chunks);
+  w.endObject();
 }
 
 void writePeerProgress(JsonWriter& w, int peer, int globalPeer, const char* transport, const PeerProgress& p,

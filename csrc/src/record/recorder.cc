@@ -17,10 +17,25 @@ const char* algorithmName(Algorithm a) {
   return uint8_t(a) < 5 ? kNames[uint8_t(a)] : "invalid";
 }
 const char* backendName(Backend b) {
-  static const char* kNames[] = {"native", "gloo", "nccl", "mpi"};
-  return uint8_t(b) < 4 ? kNames[uint8_t(b)] : "invalid";
+  static const char* kNames[] = {"native", "gloo", "nccl", "mpi", "islands"};
+  return uint8_t(b) < 5 ? kNames[uint8_t(b)] : "invalid";
 }
 const char* deviceTypeName(DeviceType d) { return d == DeviceType::kCuda ? "cuda" : "cpu"; }
+
+namespace {
+const char* const kPhaseNames[kIslandPhases] = {"none", "vendor", "relay", "d2h", "wire", "h2d"};
+}  // namespace
+
+const char* islandPhaseName(IslandPhase p) { return uint8_t(p) < kIslandPhases ? kPhaseNames[uint8_t(p)] : "invalid"; }
+
+bool islandPhaseFromName(const char* name, IslandPhase* out) {
+  for (int i = 0; i < kIslandPhases; ++i)
+    if (strcmp(name, kPhaseNames[i]) == 0) {
+      *out = IslandPhase(i);
+      return true;
+    }
+  return false;
+}
 
 double busBwFactor(uint8_t op, int n) {
   if (n <= 1) return op == uint8_t(OpKind::kAllReduce) ? 0.0 : 1.0;
@@ -114,8 +129,9 @@ void Recorder::markStarted(uint64_t id, int64_t t_ns) {
   });
 }
 
-void Recorder::markFinished(uint64_t id, int64_t t_ns, bool ok, const char* error) {
+void Recorder::markFinished(uint64_t id, int64_t t_ns, bool ok, const char* error, const IslandPhases* phases) {
   update(id, [&](OpRecord& r) {
+    if (phases) r.phases = *phases;
     r.t_end_ns = t_ns;
     r.state = uint8_t(ok ? OpState::kCompleted : OpState::kFailed);
     int64_t dt = t_ns - (r.t_start_ns ? r.t_start_ns : r.t_enqueue_ns);

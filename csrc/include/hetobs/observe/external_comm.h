@@ -4,7 +4,12 @@
 // op to the library and end() when it completes. The ops land in the same recorder,
 // stats segment, watchdog and dumps as native ones.
 //
-// Threading: begin()/end() may be called from different threads (an op issued on
+// A hierarchical op of the "hetobs_islands" backend is one op here too: constructed with the
+// rank's island, its record carries the island, setPhase() says which part runs now (shown
+// in dumps, and a phase change counts as progress for the watchdog), and end() copies in
+// the busy time of each phase.
+//
+// Threading: begin()/end()/setPhase() may be called from different threads (an op issued on
 // one, completed by an event poller on another) and never lock: in-flight ops sit in
 // a fixed table claimed with compare-and-swap, counters are atomic adds.
 #include <atomic>
@@ -23,8 +28,10 @@ class ExternalComm : public Observed, public std::enable_shared_from_this<Extern
  public:
   static constexpr size_t kMaxInFlight = 256;
 
+  // `island`: the rank's island for hierarchical ops ("" for a plain vendor communicator);
+  // cut to kIslandNameBytes - 1 bytes.
   ExternalComm(uint64_t id, std::vector<int> globalRanks, int rank, Backend backend, DeviceType device,
-               std::string name);
+               std::string name, std::string island = "");
   // Take a stats slot and join the watchdog's registry (call once, after construction).
   void attach();
 
@@ -32,13 +39,19 @@ class ExternalComm : public Observed, public std::enable_shared_from_this<Extern
   // the op is still recorded, only not watched).
   uint64_t begin(const ExternalOp& op);
   // startMono/endMono: when the op really ran (e.g. from CUDA events); 0 = begin() / now.
-  void end(uint64_t token, bool ok, const char* error = nullptr, int64_t startMono = 0, int64_t endMono = 0);
+  // phases: a hierarchical op's phase times (nullptr: none, the record keeps zeros).
+  void end(uint64_t token, bool ok, const char* error = nullptr, int64_t startMono = 0, int64_t endMono = 0,
+           const IslandPhases* phases = nullptr);
+  // The in-flight op `token` is now in `phase`: two relaxed stores, no lock; ignored for an
+  // unknown or unwatched token.
+  void setPhase(uint64_t token, IslandPhase phase);
   // World ranks of the members, once known (sub-communicators of an interposed library).
   void setGlobalRanks(std::vector<int> ranks);
 
   int rank() const { return rank_; }
   int size() const { return int(global_.size()); }
   uint64_t id() const { return id_; }
+  const char* island() const { return island_; }
 
   uint64_t observedId() const override { return id_; }
   bool inFlight(InFlight* out) const override;
@@ -59,12 +72,18 @@ class ExternalComm : public Observed, public std::enable_shared_from_this<Extern
     std::atomic<int64_t> start_ns{0};
     std::atomic<uint64_t> bytes{0};
     std::atomic<uint8_t> op{0};
+    std::atomic<uint8_t> phase{0};        // IslandPhase
+    std::atomic<int64_t> phase_ns{0};     // monotonic time of the last phase change
   };
+  Slot* slotOf(uint64_t token);
+  const Slot* slotOf(uint64_t token) const;
   uint64_t id_;
   int rank_;
   Backend backend_;
   DeviceType device_;
   std::string name_;
+  char island_[kIslandNameBytes] = {};
+  stats::StatsHeader* header_ = nullptr;  // the rank's segment header (island totals), if there is a runtime
   std::atomic<uint64_t> collSeq_{0}, p2pSeq_{0};
   std::atomic<uint32_t> watched_{0};  // slots in use: end() need not scan the table to know
   stats::CommStats* cstats_ = nullptr;

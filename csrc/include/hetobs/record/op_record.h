@@ -3,19 +3,42 @@
 // live in shared memory and be read by another process (the watchdog issue maps it).
 // Field meanings follow PyTorch's Flight Recorder where they overlap.
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 namespace hetobs {
 
 enum class OpState : uint8_t { kEnqueued = 0, kStarted = 1, kCompleted = 2, kFailed = 3 };
 enum class Algorithm : uint8_t { kNone = 0, kRing = 1, kDirect = 2, kChain = 3, kP2P = 4 };
-enum class Backend : uint8_t { kNative = 0, kGloo = 1, kNccl = 2, kMpi = 3 };
+// Values are part of the dump format (names) and of the stats segment (codes): append only.
+// kIslands: a hierarchical op of the "hetobs_islands" torch backend (vendor collective inside
+// the island, host relay across islands), recorded once per rank.
+enum class Backend : uint8_t { kNative = 0, kGloo = 1, kNccl = 2, kMpi = 3, kIslands = 4 };
 enum class DeviceType : uint8_t { kCpu = 0, kCuda = 1 };
+// Which part of a hierarchical op is running now (an in-flight op's "phase" in dumps).
+enum class IslandPhase : uint8_t { kNone = 0, kVendor = 1, kRelay = 2, kD2H = 3, kWire = 4, kH2D = 5 };
+constexpr int kIslandPhases = 6;
 
 const char* opStateName(OpState s);
 const char* algorithmName(Algorithm a);
 const char* backendName(Backend b);
 const char* deviceTypeName(DeviceType d);
+const char* islandPhaseName(IslandPhase p);
+// The phase called `name` ("vendor", "relay", "d2h", "wire", "h2d", "none"); false if none is.
+bool islandPhaseFromName(const char* name, IslandPhase* out);
+
+constexpr size_t kIslandNameBytes = 16;  // NUL included: island names are short (cuda, npu, a site name)
+
+// Busy time of each phase of one hierarchical op. The relay is pipelined chunk by chunk,
+// so d2h, wire and h2d overlap: each is the time that phase was busy, not a wall interval.
+struct IslandPhases {
+  int64_t vendor_ns;  // in the island's vendor collective (before and after the relay)
+  int64_t d2h_ns;     // relay: device-to-host copies
+  int64_t wire_ns;    // relay: sending and receiving between islands
+  int64_t h2d_ns;     // relay: host-to-device copies
+  uint32_t chunks;    // relay chunks moved
+  uint32_t reserved;
+};
 
 struct OpRecord {
   // Seqlock: odd while a writer is inside; readers retry until they see the same even value twice.
@@ -44,6 +67,8 @@ struct OpRecord {
   uint8_t device_type;     // DeviceType
   uint8_t pad_[5];
   char error[96];          // first bytes of the error, if failed
+  char island[kIslandNameBytes];  // the rank's island for a hierarchical op; "" for any other op
+  IslandPhases phases;     // hierarchical ops: filled when the op ends (zero before, and for other ops)
 };
 
 // nccl-tests bus bandwidth factor for an op over n ranks.

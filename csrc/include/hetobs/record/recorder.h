@@ -26,8 +26,9 @@ class Recorder {
   // Claim a slot and fill it from `init` (state, times...). Returns the record id.
   uint64_t begin(const OpRecord& init);
   // Mark started / finished. Cheap, lock-free; silently ignored if the slot was reused.
+  // `phases`: a hierarchical op's phase times, copied in under the same seqlock write.
+  void markFinished(uint64_t id, int64_t t_ns, bool ok, const char* error, const IslandPhases* phases = nullptr);
   void markStarted(uint64_t id, int64_t t_ns);
-  void markFinished(uint64_t id, int64_t t_ns, bool ok, const char* error);
   // Oldest-first consistent copy of the live records.
   std::vector<OpRecord> snapshot() const;
   uint64_t nextId() const { return next_->load(std::memory_order_relaxed); }

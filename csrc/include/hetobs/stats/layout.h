@@ -4,7 +4,9 @@
 // `hetobs top`, a diagnosis of a hung job) maps it read-only and reads it while the
 // rank runs, hangs or is stopped. hetobs/stats.py reads the same layout.
 //
-// Layout version 1 (all little-endian, offsets in the header):
+// Layout version 2 (all little-endian, offsets in the header). Version 2 added the
+// header's island fields and, per OpRecord, `island` and `phases`; a reader refuses any
+// version but its own (the record ring's stride and fields change between versions).
 //   [StatsHeader, 4096 B]
 //   [CommStats x comm_capacity]     one per communicator, fixed capacity
 //   [LinkStats x link_capacity]     one per (communicator, peer)
@@ -25,7 +27,7 @@ namespace hetobs {
 namespace stats {
 
 constexpr char kMagic[8] = {'H', 'T', 'B', 'S', 'T', 'A', 'T', 'S'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr uint32_t kHeaderBytes = 4096;
 constexpr uint32_t kOpKinds = 11;       // OpKind::kCount
 constexpr uint32_t kLatencyBuckets = 24;  // bucket b counts ops with duration < 2^b microseconds (last: the rest)
@@ -56,6 +58,13 @@ struct StatsHeader {
   std::atomic<uint32_t> links_used;
   uint32_t reserved1;
   int64_t wall_minus_mono_ns;  // record times are monotonic: add this for wall-clock ns
+  // Islands (heterogeneous jobs): the rank's island, written once by its first island
+  // communicator before its first op ("" when the rank runs no hierarchical op), and the
+  // busy time of each phase summed over the rank's hierarchical ops (atomic adds at op end).
+  char island[kIslandNameBytes];
+  std::atomic<uint64_t> island_vendor_ns, island_d2h_ns, island_wire_ns, island_h2d_ns;
+  std::atomic<uint64_t> island_chunks;
+  std::atomic<uint64_t> island_ops;
 };
 static_assert(sizeof(StatsHeader) <= kHeaderBytes, "stats header fits its page");
 
