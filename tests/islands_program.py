@@ -20,6 +20,22 @@ dist.init_process_group("hetobs_islands")
 r, n = dist.get_rank(), dist.get_world_size()
 failures: list[str] = []
 digest = hashlib.sha256()
+issued = {"collective": 0, "p2p": 0}  # ops this rank called, to check against its records
+
+
+class counted:
+    """dist.<op> that counts each call (send/recv as p2p)."""
+
+    def __getattr__(self, name: str):
+        fn = getattr(dist, name)
+
+        def call(*a, **kw):
+            issued["p2p" if name in ("send", "recv") else "collective"] += 1
+            return fn(*a, **kw)
+        return call
+
+
+op_ = counted()
 
 DTYPES = {"int8": torch.int8, "uint8": torch.uint8, "int32": torch.int32, "int64": torch.int64,
           "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
@@ -56,7 +72,7 @@ for dname, dt in DTYPES.items():
             continue
         for count in SIZES:
             t = torch.from_numpy(value(r, count, oname)).to(dt)
-            dist.all_reduce(t, op=op)
+            op_.all_reduce(t, op=op)
             ins = np.stack([value(q, count, oname) for q in range(n)]) if count else np.zeros((n, 0))
             want = as_dtype(FOLD[oname](ins, axis=0) if count else np.zeros(0), dt)
             check(f"all_reduce {dname} {oname} {count}", t, want, everywhere=True)
@@ -65,21 +81,21 @@ for dname, dt in DTYPES.items():
     for count in (0, 1, 5, 4099):
         x = torch.from_numpy(value(r, count, "sum")).to(dt)
         out = torch.empty(n * count, dtype=dt)
-        dist.all_gather_single(out, x)
+        op_.all_gather_single(out, x)
         check(f"all_gather {dname} {count}", out,
               as_dtype(np.concatenate([value(q, count, "sum") for q in range(n)]), dt), everywhere=True)
         for root in range(n):
             b = torch.from_numpy(value(r, count, "sum")).to(dt)
-            dist.broadcast(b, src=root)
+            op_.broadcast(b, src=root)
             check(f"broadcast {dname} {count} root {root}", b, as_dtype(value(root, count, "sum"), dt), everywhere=True)
         whole = torch.from_numpy(value(r, n * count, "sum")).to(dt)
         rs = torch.empty(count, dtype=dt)
-        dist.reduce_scatter_single(rs, whole)
+        op_.reduce_scatter_single(rs, whole)
         total = np.sum([value(q, n * count, "sum") for q in range(n)], axis=0)
         check(f"reduce_scatter {dname} {count}", rs, as_dtype(total[r * count:(r + 1) * count], dt))
         a2a_in = torch.from_numpy(value(r, n * count, "sum") + 20 * r).to(dt)
         a2a = torch.empty(n * count, dtype=dt)
-        dist.all_to_all_single(a2a, a2a_in)
+        op_.all_to_all_single(a2a, a2a_in)
         want = np.concatenate([(value(q, n * count, "sum") + 20 * q)[r * count:(r + 1) * count] for q in range(n)])
         check(f"all_to_all {dname} {count}", a2a, as_dtype(want, dt))
 
@@ -87,41 +103,42 @@ for dname, dt in DTYPES.items():
 rows = lambda q, p: (q + p) % 3 + 1  # noqa: E731
 send = torch.cat([torch.full((rows(r, p), 2), float(100 * r + p)) for p in range(n)])
 recv = torch.empty(sum(rows(q, r) for q in range(n)), 2)
-dist.all_to_all_single(recv, send, [rows(q, r) for q in range(n)], [rows(r, p) for p in range(n)])
+op_.all_to_all_single(recv, send, [rows(q, r) for q in range(n)], [rows(r, p) for p in range(n)])
 check("all_to_all uneven", recv.reshape(-1),
       np.concatenate([np.full(rows(q, r) * 2, 100.0 * q + r) for q in range(n)]))
 
 # Lists, reduce, gather, scatter, barrier, point-to-point within and across islands.
 lst = [torch.empty(3) for _ in range(n)]
-dist.all_gather(lst, torch.full((3,), float(r)))
+op_.all_gather(lst, torch.full((3,), float(r)))
 check("all_gather list", torch.cat(lst), np.repeat(np.arange(n, dtype=np.float64), 3))
 rd = torch.full((4,), float(r + 1))
-dist.reduce(rd, dst=n - 1)
+op_.reduce(rd, dst=n - 1)
 check("reduce", rd, np.full(4, n * (n + 1) / 2) if r == n - 1 else np.full(4, float(r + 1)))
-dist.barrier()
+op_.barrier()
 for src in range(n):
     for dst in range(n):
         if src == dst:
             continue
         if r == src:
-            dist.send(torch.full((6,), float(10 * src + dst)), dst)
+            op_.send(torch.full((6,), float(10 * src + dst)), dst)
         elif r == dst:
             x = torch.empty(6)
-            dist.recv(x, src)
+            op_.recv(x, src)
             check(f"send_recv {src}->{dst}", x, np.full(6, float(10 * src + dst)))
 # Float sums of random values: within rounding of the exact sum, identical on every rank.
 rng = np.random.default_rng(r)
 f = torch.from_numpy(rng.standard_normal(100003))
 exact = np.sum([np.random.default_rng(q).standard_normal(100003) for q in range(n)], axis=0)
-dist.all_reduce(f)
+op_.all_reduce(f)
 digest.update(f.numpy().tobytes())
 if not np.allclose(f.numpy(), exact, rtol=1e-12, atol=1e-12):
     failures.append("float64 random sum outside rounding")
 
-group = dist.group.WORLD
 recs = [x for x in hetobs.records() if x.get("backend") == "islands"]
-print("RESULT " + json.dumps({"failures": failures, "digest": digest.hexdigest(),
+print("RESULT " + json.dumps({"failures": failures, "digest": digest.hexdigest(), "issued": issued,
                               "ops": len(recs), "islands": sorted({x.get("island", "") for x in recs}),
-                              "seqs": [x["coll_seq"] for x in recs if x["op"] != "send" and x["op"] != "recv"]}),
+                              "seqs": [x["collective_seq_id"] for x in recs if x["op"] not in ("send", "recv")],
+                              "phased": sum(1 for x in recs if x["phases"] and x["phases"]["vendor_ns"] + x["phases"]["wire_ns"] > 0),
+                              "states": sorted({x["state"] for x in recs})}),
       flush=True)
 dist.destroy_process_group()

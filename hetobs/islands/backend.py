@@ -61,7 +61,7 @@ class IslandsBackend(dist.ProcessGroup):
         token = self._ext.begin(OPS[name], DTYPE_CODES.get(t.dtype, 0) if t is not None else 0,
                                 reduction_code(redop) if redop is not None else 0, peer, count, out_count,
                                 max(count, out_count) * esize)
-        clock = PhaseClock()
+        clock = PhaseClock(lambda phase: self._ext.set_phase(token, phase))
         try:
             run(clock)
         except Exception as e:

@@ -101,7 +101,7 @@ def all_reduce(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, op: Any) -> 
     if flat.numel() == 0:
         return
     if len(h.topo.islands) == 1:
-        clock.vendor_ns += h.inner.all_reduce(flat, op)
+        clock.vendor(h.inner.all_reduce, flat, op)
         return
     count, n = flat.numel(), isl.size
     scatter = _gathers(isl)
@@ -110,13 +110,13 @@ def all_reduce(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, op: Any) -> 
         length = block_len(count, n)
         padded = _padded(flat, n * length, _identity(op, flat.dtype))
         shard = torch.empty(length, dtype=flat.dtype, device=flat.device)
-        clock.vendor_ns += h.inner.reduce_scatter(shard, padded, _inner_op(op))
+        clock.vendor(h.inner.reduce_scatter, shard, padded, _inner_op(op))
         start, end = block(count, n, me)
         mine = shard[:end - start]
     else:
         # The island's partial of everything; the other islands send theirs whole.
         if n > 1:
-            clock.vendor_ns += h.inner.all_reduce(flat, _inner_op(op))
+            clock.vendor(h.inner.all_reduce, flat, _inner_op(op))
         start, end = 0, count
         mine = flat
     partial: dict[int, torch.Tensor] = {isl.index: mine}
@@ -143,7 +143,7 @@ def all_reduce(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, op: Any) -> 
     if op == dist.ReduceOp.AVG:
         mine.div_(h.topo.size)
     if scatter:
-        clock.vendor_ns += h.inner.all_gather(padded, shard)
+        clock.vendor(h.inner.all_gather, padded, shard)
         if padded is not flat:
             flat.copy_(padded[:count])
 
@@ -154,12 +154,12 @@ def broadcast(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, root: int) ->
     if flat.numel() == 0:
         return
     if len(h.topo.islands) == 1:
-        clock.vendor_ns += h.inner.broadcast(flat, home.rank_of(root))
+        clock.vendor(h.inner.broadcast, flat, home.rank_of(root))
         return
     count = flat.numel()
     if isl.index == home.index:
         if isl.size > 1:
-            clock.vendor_ns += h.inner.broadcast(flat, home.rank_of(root))
+            clock.vendor(h.inner.broadcast, flat, home.rank_of(root))
         sends = [(other.members[seg.dst], flat[seg.start:seg.end]) for other in h.others()
                  for seg in routes(count, home.size, other.size, _gathers(other)) if seg.src == me]
         h.relay.run(sends, [], clock)
@@ -178,7 +178,7 @@ def broadcast(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, root: int) ->
              for seg in pairs(count, home.size, n) if seg.dst == me]
     h.relay.run([], recvs, clock)
     own = shard.clone()  # all-gather's input must not alias its output
-    clock.vendor_ns += h.inner.all_gather(padded, own)
+    clock.vendor(h.inner.all_gather, padded, own)
     if padded is not flat:
         flat.copy_(padded[:count])
 
@@ -196,11 +196,11 @@ def all_gather(h: Hierarchy, clock: PhaseClock, out: torch.Tensor, inp: torch.Te
     if c == 0:
         return
     if len(h.topo.islands) == 1:
-        clock.vendor_ns += h.inner.all_gather(out, inp)
+        clock.vendor(h.inner.all_gather, out, inp)
         return
     gathered = torch.empty(n * c, dtype=inp.dtype, device=inp.device)
     if n > 1:
-        clock.vendor_ns += h.inner.all_gather(gathered, inp)
+        clock.vendor(h.inner.all_gather, gathered, inp)
     else:
         gathered.copy_(inp)
     _place(out, gathered, isl, c)
@@ -226,7 +226,7 @@ def all_gather(h: Hierarchy, clock: PhaseClock, out: torch.Tensor, inp: torch.Te
     # One all-gather in the island rebuilds every other island's buffer from its blocks.
     packed = torch.cat([m for _, m in arrived]) if len(arrived) > 1 else arrived[0][1]
     everyone = torch.empty(n * packed.numel(), dtype=inp.dtype, device=inp.device)
-    clock.vendor_ns += h.inner.all_gather(everyone, packed)
+    clock.vendor(h.inner.all_gather, everyone, packed)
     rows = everyone.view(n, packed.numel())
     offset = 0
     for other, m in arrived:
@@ -247,7 +247,7 @@ def all_to_all(h: Hierarchy, clock: PhaseClock, out: torch.Tensor, inp: torch.Te
     ioff = [sum(in_splits[:p]) for p in range(len(in_splits))]
     ooff = [sum(out_splits[:p]) for p in range(len(out_splits))]
     if len(h.topo.islands) == 1:
-        clock.vendor_ns += h.inner.all_to_all(out, inp, out_splits, in_splits)
+        clock.vendor(h.inner.all_to_all, out, inp, out_splits, in_splits)
         return
     foreign = [p for p in range(h.topo.size) if h.topo.island_of[p] != isl.index]
     h.relay.run([(p, inp[ioff[p]:ioff[p] + in_splits[p]]) for p in foreign],
@@ -255,7 +255,7 @@ def all_to_all(h: Hierarchy, clock: PhaseClock, out: torch.Tensor, inp: torch.Te
     local_in = torch.cat([inp[ioff[p]:ioff[p] + in_splits[p]] for p in isl.members])
     local_out = torch.empty(sum(out_splits[p] for p in isl.members), dtype=out.dtype, device=out.device)
     if isl.size > 1:
-        clock.vendor_ns += h.inner.all_to_all(local_out, local_in, [out_splits[p] for p in isl.members],
+        clock.vendor(h.inner.all_to_all, local_out, local_in, [out_splits[p] for p in isl.members],
                                               [in_splits[p] for p in isl.members])
     else:
         local_out.copy_(local_in)
@@ -272,13 +272,13 @@ def barrier(h: Hierarchy, clock: PhaseClock) -> None:
 
 def send(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, peer: int) -> None:
     if h.topo.island_of[peer] == h.island.index:
-        clock.vendor_ns += h.inner.send(flat, h.island.rank_of(peer))
+        clock.vendor(h.inner.send, flat, h.island.rank_of(peer))
     else:
         h.relay.run([(peer, flat)], [], clock)
 
 
 def recv(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, peer: int) -> None:
     if h.topo.island_of[peer] == h.island.index:
-        clock.vendor_ns += h.inner.recv(flat, h.island.rank_of(peer))
+        clock.vendor(h.inner.recv, flat, h.island.rank_of(peer))
     else:
         h.relay.run([], [(peer, flat)], clock)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -43,13 +43,24 @@ def relay_pipelined(env: Any = None) -> bool:
 
 @dataclass
 class PhaseClock:
-    """Where one hierarchical op spent its time (what its record's `phases` carry)."""
+    """Where one hierarchical op spent its time (what its record's `phases` carry); tells
+    the record which phase the op is in as it goes (`on_phase`, e.g. ExternalComm.set_phase)."""
 
+    on_phase: Callable[[str], None] | None = None
     vendor_ns: int = 0
     d2h_ns: int = 0
     wire_ns: int = 0
     h2d_ns: int = 0
     chunks: int = 0
+
+    def enter(self, phase: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(phase)
+
+    def vendor(self, call: Callable[..., int], *args: Any) -> None:
+        """Run one collective of the island's library (`call` returns its ns)."""
+        self.enter("vendor")
+        self.vendor_ns += call(*args)
 
     def add_relay(self, phases: dict[str, int]) -> None:
         self.d2h_ns += int(phases.get("d2h_ns", 0))
@@ -91,6 +102,7 @@ class Relay:
         if not sends and not recvs:
             return
         stage = self._stage([t for _, t in sends] + [t for _, t in recvs])
+        clock.enter("relay")
         if stage == "cuda":
             # The data was produced on torch's current stream; the relay copies on its own
             # streams. A stream sync (never a device-wide one) orders the two.
