@@ -1233,6 +1233,7 @@ PROGRAMS: dict[str, Callable[[Ctx, dict[str, Any]], dict[str, Any]]] = {
     "async_timeout": prog_async_timeout,
     "init_only": prog_init_only,
     "selftest": prog_selftest,
+    "relay": lambda ctx, args: __import__("relay_programs").run(ctx, args),  # tests/relay_programs.py
 }
 
 
