@@ -6,19 +6,21 @@ dtype is a ValueError naming the argument, never a mismatch seen by peers.
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any, Sequence
 
 from . import _core
 from .buffers import Buffer, as_buffer
 
-__all__ = ["Communicator", "Work", "OPS", "REDUCTIONS"]
+__all__ = ["Communicator", "Work", "OPS", "REDUCTIONS", "RELAY_STAGES"]
 
 # Op and reduction codes shared with csrc/include/hetobs/common/wire.h (keep in sync).
 OPS: dict[str, int] = {
     "all_reduce": 0, "reduce_scatter": 1, "all_gather": 2, "broadcast": 3, "reduce": 4,
-    "all_to_all": 5, "barrier": 6, "send": 7, "recv": 8,
+    "all_to_all": 5, "barrier": 6, "send": 7, "recv": 8, "relay": 11,
 }
+RELAY_STAGES: dict[str, int] = {"none": 0, "host": 1, "cuda": 2}  # csrc/include/hetobs/relay/relay.h
 REDUCTIONS: dict[str, int] = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
 _FLOATS = {"float16", "bfloat16", "float32", "float64"}
 
@@ -39,6 +41,48 @@ class Work:
 
     def is_completed(self) -> bool:
         return bool(self._native.is_completed())
+
+    def result(self) -> dict[str, int] | None:
+        """Wait, then what the op measured: a relay's phases dict; None for other ops."""
+        self.wait()
+        phases = getattr(self._native, "phases", None)
+        return dict(phases()) if phases is not None else None
+
+
+@functools.cache
+def _relay_defaults() -> tuple[int, int]:
+    """HETOBS_RELAY_CHUNK_BYTES and HETOBS_RELAY_SLOTS, read once."""
+    from .config import from_env
+
+    s = from_env()
+    return s.relay_chunk_bytes, s.relay_slots
+
+
+def _device_buffer(x: Any, what: str) -> tuple[int, int]:
+    """(address, bytes) of a device buffer: a CUDA tensor, or an (int data_ptr, int nbytes) pair."""
+    if hasattr(x, "data_ptr") and getattr(x, "is_cuda", False):
+        if not x.is_contiguous():
+            raise ValueError(f"{what}: the CUDA tensor is not contiguous")
+        return int(x.data_ptr()), int(x.numel() * x.element_size())
+    if isinstance(x, (tuple, list)) and len(x) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in x):
+        ptr, nbytes = x
+        if nbytes < 0 or (ptr == 0 and nbytes > 0):
+            raise ValueError(f"{what}: ({ptr}, {nbytes}) is not a device buffer (null address or negative size)")
+        return ptr, nbytes
+    raise ValueError(f"{what}: stage='cuda' takes a CUDA tensor or an (int data_ptr, int nbytes) pair, "
+                     f"got {type(x).__name__}")
+
+
+def _current_cuda_device() -> int:
+    """The caller's current CUDA device when torch is already imported (the op may run on a worker
+    thread, which is made to use the same device); -1 leaves the device as it is."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch.cuda.current_device()) if torch is not None and torch.cuda.is_available() else -1
+    except Exception:  # a torch without CUDA support
+        return -1
 
 
 def _block(count: int, size: int, index: int) -> tuple[int, int]:
@@ -186,6 +230,62 @@ class Communicator:
         if peer == self.rank:
             raise ValueError(f"peer={peer}: a rank cannot receive from itself")
         return self._run("recv", None, b, root=peer, async_op=async_op, timeout=timeout)
+
+    def relay(self, sends: Sequence[tuple[int, Any]], recvs: Sequence[tuple[int, Any]], *, stage: str = "none",
+              pipeline: bool = True, chunk_bytes: int | None = None, slots: int | None = None,
+              timeout: float | None = None, async_op: bool = False) -> "dict[str, int] | Work":
+        """Move bytes: each (peer, buf) of `sends` lands in the matching (this rank, buf) of the
+        peer's `recvs`, all at once, as one op (p2p-style: only the ranks that call it take part).
+
+        Buffers are host arrays/tensors for stage "none" (on the wire directly) and "host" (copied
+        through host staging slots by copy threads); for stage "cuda" a device buffer given as
+        (data_ptr, nbytes) or a CUDA tensor. pipeline=True cuts messages into `chunk_bytes` chunks
+        (default HETOBS_RELAY_CHUNK_BYTES) through `slots` staging slots each way (default
+        HETOBS_RELAY_SLOTS) so copy-in, wire and copy-out overlap; False copies all, sends all,
+        copies all. Returns the phases {"d2h_ns", "wire_ns", "h2d_ns", "wall_ns", "chunks",
+        "bytes_sent", "bytes_recv"}, or with async_op a Work whose result() returns them."""
+        if stage not in RELAY_STAGES:
+            raise ValueError(f"stage={stage!r}: expected one of {', '.join(RELAY_STAGES)}")
+        chunk, nslots = _relay_defaults()
+        chunk = self._positive(chunk_bytes, "chunk_bytes") if chunk_bytes is not None else chunk
+        nslots = self._positive(slots, "slots") if slots is not None else nslots
+        keep: list[Any] = []
+        s_list = self._relay_list(sends, "sends", stage, keep, writable=False)
+        r_list = self._relay_list(recvs, "recvs", stage, keep, writable=True)
+        device = _current_cuda_device() if stage == "cuda" else -1
+        native = self._native.relay(s_list, r_list, RELAY_STAGES[stage], bool(pipeline), chunk, nslots,
+                                    -1.0 if timeout is None else float(timeout), async_op, device)
+        if async_op:
+            return Work(native, tuple(keep))
+        return dict(native)
+
+    @staticmethod
+    def _positive(value: Any, what: str) -> int:
+        try:
+            n = operator.index(value)
+        except TypeError:
+            raise ValueError(f"{what}={value!r}: expected a positive integer") from None
+        if isinstance(value, bool) or n < 1:
+            raise ValueError(f"{what}={value!r}: expected a positive integer")
+        return n
+
+    def _relay_list(self, items: Sequence[tuple[int, Any]], what: str, stage: str, keep: list[Any], *,
+                    writable: bool) -> list[tuple[int, int, int]]:
+        out = []
+        for i, item in enumerate(items):
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise ValueError(f"relay {what}[{i}]: expected a (peer, buffer) pair, got {type(item).__name__}")
+            peer = self._check_rank(item[0], f"relay {what}[{i}] peer")
+            if peer == self.rank:
+                raise ValueError(f"relay {what}[{i}] peer={peer}: a rank cannot relay to itself")
+            if stage == "cuda":
+                ptr, nbytes = _device_buffer(item[1], f"relay {what}[{i}]")
+            else:
+                b = as_buffer(item[1], f"relay {what}[{i}]", writable=writable)
+                ptr, nbytes = b.ptr, b.nbytes
+            keep.append(item[1])
+            out.append((peer, ptr, nbytes))
+        return out
 
     # -- groups ---------------------------------------------------------------------
     def split(self, color: int, key: int | None = None) -> "Communicator | None":

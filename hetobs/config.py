@@ -48,6 +48,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("HETOBS_TRACEBACK", "0", "1: `hetobs` commands print the Python traceback with an error."),
     Setting("HETOBS_REBUILD", "0", "1: scripts/setup.sh rebuilds the native core even when nothing changed."),
     Setting("HETOBS_TORCH_NATIVE", "1", "0: \"hetobs_gloo\", \"hetobs_nccl\" and wrap() run as a Python process group even where hetobs._torch_ext is built (~25 us more per call; for comparison and debugging)."),
+    Setting("HETOBS_RELAY_CHUNK_BYTES", "4194304", "Chunk size of the pipelined host relay (Communicator.relay, cross-island transfers): copy-in, wire and copy-out overlap chunk by chunk."),
+    Setting("HETOBS_RELAY_SLOTS", "16", "Staging slots per direction of the pipelined host relay (chunks in flight each way; staging = slots x chunk bytes)."),
     Setting("HETOBS_OTEL_SAMPLE", "0.01", "Fraction of collectives exported as OpenTelemetry spans (0..1; chosen per communicator and sequence id, so every rank keeps the same ones)."),
     Setting("HETOBS_ISLAND", "(device type: cuda, npu, xpu, cpu)", "Name of this rank's island under \"hetobs_islands\": ranks with one name form an island (1-15 letters, digits, _ . -)."),
     Setting("HETOBS_ISLAND_BACKEND", "(by device: nccl, hccl, xccl, gloo)", "torch.distributed backend inside this rank's island (nccl, hccl, xccl, gloo, mpi, or hetobs for the native transport)."),
@@ -77,6 +79,8 @@ class Settings:
     debug: str
     otel_sample: float = 0.01
     torch_native: bool = True
+    relay_chunk_bytes: int = 4 << 20
+    relay_slots: int = 16
 
 
 def _number(env: Mapping[str, str], name: str, default: str, conv: Callable[[str], float | int],
@@ -152,4 +156,6 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         debug=_choice(env, "HETOBS_DEBUG", "WARN", ("error", "warn", "info", "debug")).upper(),
         otel_sample=min(1.0, float(_number(env, "HETOBS_OTEL_SAMPLE", "0.01", float, 0.0))),
         torch_native=_choice(env, "HETOBS_TORCH_NATIVE", "1", ("0", "1", "true", "false")) in ("1", "true"),
+        relay_chunk_bytes=int(_number(env, "HETOBS_RELAY_CHUNK_BYTES", "4194304", int, 1)),
+        relay_slots=int(_number(env, "HETOBS_RELAY_SLOTS", "16", int, 1)),
     )

@@ -1285,6 +1285,7 @@ PROGRAMS: dict[str, Callable[[Ctx, dict[str, Any]], dict[str, Any]]] = {
     "init_only": prog_init_only,
     "selftest": prog_selftest,
     "island_ops": prog_island_ops,
+    "relay": lambda ctx, args: __import__("relay_programs").run(ctx, args),  # tests/relay_programs.py
 }
 
 

@@ -3,12 +3,16 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <mutex>
+
 #include "hetobs/comm/communicator.h"
 #include "hetobs/comm/endpoint.h"
 #include "hetobs/observe/external_comm.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/log.h"
 #include "hetobs/observe/runtime.h"
+#include "hetobs/relay/copy_lane.h"
+#include "hetobs/relay/relay.h"
 #include "register.h"
 
 namespace py = pybind11;
@@ -23,6 +27,7 @@ OpArgs makeArgs(int op, uintptr_t sptr, size_t scount, uintptr_t rptr, size_t rc
   if (dtype < 0 || dtype >= int(DType::kCount)) throw py::value_error("invalid dtype code " + std::to_string(dtype));
   if (redop < 0 || redop >= int(RedOp::kCount)) throw py::value_error("invalid reduction code " + std::to_string(redop));
   OpKind k = OpKind(op);
+  if (k == OpKind::kRelay) throw py::value_error("relay runs through Communicator.relay(), not run()");
   bool rooted = k == OpKind::kBroadcast || k == OpKind::kReduce || isP2P(k);
   if (rooted && (root < 0 || root >= size))
     throw py::value_error("root/peer " + std::to_string(root) + " is not a rank of this communicator");
@@ -37,6 +42,47 @@ OpArgs makeArgs(int op, uintptr_t sptr, size_t scount, uintptr_t rptr, size_t rc
   a.recv_count = rcount;
   a.timeout_s = timeout;
   return a;
+}
+
+// An async relay: its completion and, once complete, what it measured.
+struct RelayWork {
+  std::shared_ptr<Work> work;
+  std::shared_ptr<RelayRequest> request;
+};
+
+py::dict phasesDict(const RelayPhases& p) {
+  py::dict d;
+  d["d2h_ns"] = p.d2h_ns;
+  d["wire_ns"] = p.wire_ns;
+  d["h2d_ns"] = p.h2d_ns;
+  d["wall_ns"] = p.wall_ns;
+  d["chunks"] = p.chunks;
+  d["bytes_sent"] = p.bytes_sent;
+  d["bytes_recv"] = p.bytes_recv;
+  return d;
+}
+
+using MessageList = std::vector<std::tuple<int, uintptr_t, size_t>>;  // (peer, address, bytes)
+
+std::shared_ptr<RelayRequest> makeRelay(const Communicator& c, const MessageList& sends, const MessageList& recvs,
+                                        int stage, bool pipeline, size_t chunk, size_t slots, int device) {
+  if (stage < 0 || stage > int(RelayStage::kCuda)) throw py::value_error("invalid relay stage code " + std::to_string(stage));
+  if (chunk < 1) throw py::value_error("relay chunk_bytes must be at least 1");
+  if (slots < 1) throw py::value_error("relay slots must be at least 1");
+  auto r = std::make_shared<RelayRequest>();
+  r->stage = RelayStage(stage);
+  r->pipeline = pipeline;
+  r->chunk_bytes = chunk;
+  r->slots = slots;
+  r->device = device;
+  for (const auto& pair : {std::make_pair(&sends, &r->sends), std::make_pair(&recvs, &r->recvs)}) {
+    for (const auto& [peer, addr, bytes] : *pair.first) {
+      if (peer < 0 || peer >= c.size() || peer == c.rank())
+        throw py::value_error("relay peer " + std::to_string(peer) + " is not another rank of this communicator");
+      pair.second->push_back(RelayMessage{peer, reinterpret_cast<uint8_t*>(addr), bytes});
+    }
+  }
+  return r;
 }
 
 py::dict linkDict(const LinkInfo& l) {
@@ -145,6 +191,15 @@ void registerComm(py::module_& m) {
       .def("wait", &Work::wait, py::arg("timeout") = -1.0, py::call_guard<py::gil_scoped_release>())
       .def("is_completed", &Work::isCompleted);
 
+  py::class_<RelayWork>(m, "RelayWork")
+      .def("wait", [](RelayWork& w, double timeout) { return w.work->wait(timeout); }, py::arg("timeout") = -1.0,
+           py::call_guard<py::gil_scoped_release>())
+      .def("is_completed", [](RelayWork& w) { return w.work->isCompleted(); })
+      .def("phases", [](RelayWork& w) {
+        if (!w.work->isCompleted()) throw py::value_error("the relay has not finished: wait() for it first");
+        return phasesDict(w.request->phases);
+      });
+
   py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator")
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
@@ -169,6 +224,28 @@ void registerComm(py::module_& m) {
           },
           py::arg("op"), py::arg("send_ptr"), py::arg("send_count"), py::arg("recv_ptr"), py::arg("recv_count"),
           py::arg("dtype"), py::arg("redop"), py::arg("root"), py::arg("timeout"), py::arg("async_op"))
+      .def(
+          "relay",
+          [](Communicator& c, const MessageList& sends, const MessageList& recvs, int stage, bool pipeline,
+             size_t chunk, size_t slots, double timeout, bool async, int device) -> py::object {
+            auto req = makeRelay(c, sends, recvs, stage, pipeline, chunk, slots, device);
+            OpArgs a;
+            a.op = OpKind::kRelay;
+            a.dtype = DType::kUint8;
+            for (const auto& m : req->sends) a.send_count += m.bytes;
+            for (const auto& m : req->recvs) a.recv_count += m.bytes;
+            a.timeout_s = timeout;
+            a.relay = req;
+            std::shared_ptr<Work> w;
+            {
+              py::gil_scoped_release nogil;
+              w = c.submit(a, async);
+            }
+            if (!w) return phasesDict(req->phases);
+            return py::cast(RelayWork{w, req});
+          },
+          py::arg("sends"), py::arg("recvs"), py::arg("stage"), py::arg("pipeline"), py::arg("chunk_bytes"),
+          py::arg("slots"), py::arg("timeout"), py::arg("async_op"), py::arg("device") = -1)
       .def(
           "split",
           [](Communicator& c, int color, int key) {
@@ -318,6 +395,36 @@ void registerComm(py::module_& m) {
       .def_property_readonly("rank", &ExternalComm::rank)
       .def_property_readonly("size", &ExternalComm::size);
 
+  m.def(
+      "relay_copy_bench",
+      [](uintptr_t src, size_t nbytes, size_t chunk, size_t slots) {
+        // The relay's copy stage alone, as the pipeline runs it: chunk-sized copies on one
+        // copy thread into a ring of `slots` staging slots. Returns the nanoseconds it took.
+        if (chunk < 1 || slots < 1) throw py::value_error("chunk and slots must be at least 1");
+        py::gil_scoped_release nogil;
+        // One lane and staging for the process, made on the first call (as a communicator's
+        // are on its first relay), so a timing holds no thread start or page faults.
+        static std::mutex mu;
+        static std::unique_ptr<CopyLane> lane;
+        static uint8_t* staging = nullptr;
+        static size_t stagingBytes = 0;
+        std::lock_guard<std::mutex> lk(mu);
+        if (!lane) lane = makeHostCopyLane(nullptr);
+        if (stagingBytes < chunk * slots) {
+          if (staging) lane->freeStaging(staging);
+          staging = lane->allocStaging(chunk * slots);
+          stagingBytes = chunk * slots;
+        }
+        const uint8_t* p = reinterpret_cast<const uint8_t*>(src);
+        int64_t t0 = monoNs();
+        uint64_t last = lane->completed();
+        size_t i = 0;
+        for (size_t off = 0; off < nbytes; off += chunk, ++i)
+          last = lane->post(staging + (i % slots) * chunk, p + off, std::min(chunk, nbytes - off));
+        while (lane->completed() < last) lane->waitFor(last, 1000000000);
+        return monoNs() - t0;
+      },
+      py::arg("src"), py::arg("nbytes"), py::arg("chunk_bytes"), py::arg("slots"));
   m.def(
       "buffer_address",
       [](py::handle obj) {

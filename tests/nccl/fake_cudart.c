@@ -116,3 +116,50 @@ void fake_cuda_stall(int on) { g_stalled = on; }
 void fake_cuda_capture(void* stream) { g_capturing = stream; }
 long fake_cuda_event_records(void) { return g_records; }
 long fake_cuda_stream_syncs(void) { return g_syncs; }
+
+/* What the relay's CUDA copy lanes use (csrc/src/relay/cuda_copy_lane.cc). "Device" memory
+ * is host memory here, so cudaMemcpyAsync is a memcpy done at once; the event recorded
+ * after it follows the stall rules above, so a test can hold a copy "in flight". The
+ * counters let a test check the lane's discipline: copies only on non-blocking streams,
+ * pinned staging, never a device-wide synchronisation. */
+#define FAKE_STREAM_NONBLOCKING 0x01
+typedef struct { unsigned flags; } FakeStream;
+static volatile long g_memcpy_async = 0, g_memcpy_async_blocking = 0, g_host_allocs = 0, g_device_syncs = 0;
+static volatile long g_event_syncs = 0;
+
+int cudaStreamCreateWithFlags(void** s, unsigned int flags) {
+  FakeStream* st = calloc(1, 64);
+  st->flags = flags;
+  *s = st;
+  return 0;
+}
+int cudaStreamDestroy(void* s) { free(s); return 0; }
+int cudaMemcpyAsync(void* dst, const void* src, size_t n, int kind, void* stream) {
+  (void)kind;
+  __sync_fetch_and_add(&g_memcpy_async, 1);
+  if (!stream || !(((FakeStream*)stream)->flags & FAKE_STREAM_NONBLOCKING)) __sync_fetch_and_add(&g_memcpy_async_blocking, 1);
+  if (n) memcpy(dst, src, n);
+  return 0;
+}
+int cudaEventSynchronize(void* ev) {
+  FakeEvent* e = ev;
+  __sync_fetch_and_add(&g_event_syncs, 1);
+  while (e->recorded && e->stalled && g_stalled) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, 0);
+  }
+  return 0;
+}
+int cudaHostAlloc(void** p, size_t n, unsigned int flags) {
+  (void)flags;
+  __sync_fetch_and_add(&g_host_allocs, 1);
+  *p = malloc(n ? n : 1);
+  return *p ? 0 : 2;
+}
+int cudaFreeHost(void* p) { free(p); return 0; }
+int cudaDeviceSynchronize(void) { __sync_fetch_and_add(&g_device_syncs, 1); return 0; }
+
+long fake_cuda_memcpy_async(void) { return g_memcpy_async; }
+long fake_cuda_memcpy_async_blocking(void) { return g_memcpy_async_blocking; }
+long fake_cuda_host_allocs(void) { return g_host_allocs; }
+long fake_cuda_device_syncs(void) { return g_device_syncs; }

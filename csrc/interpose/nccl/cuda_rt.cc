@@ -1,26 +1,17 @@
 #include "cuda_rt.h"
 
 #include <dlfcn.h>
-#include <link.h>
 
 #include <cstring>
 #include <mutex>
 #include <string>
 
+#include "hetobs/common/cuda_loader.h"
 #include "hetobs/common/log.h"
 
 namespace hetobs {
 namespace nccl {
 namespace {
-
-int findLoaded(struct dl_phdr_info* info, size_t, void* out) {
-  const char* name = info->dlpi_name;
-  if (name && strstr(name, "/libcudart.so")) {
-    *static_cast<std::string*>(out) = name;
-    return 1;
-  }
-  return 0;
-}
 
 template <class F>
 bool sym(void* lib, const char* name, F* out) {
@@ -29,26 +20,8 @@ bool sym(void* lib, const char* name, F* out) {
 }
 
 CudaRt* load() {
-  void* lib = nullptr;
   std::string used;
-  // 1. A CUDA runtime the process already has (the application's own).
-  static const char* kNames[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"};
-  for (const char* n : kNames) {
-    if ((lib = dlopen(n, RTLD_NOW | RTLD_NOLOAD))) {
-      used = n;
-      break;
-    }
-  }
-  if (!lib) {
-    std::string path;
-    dl_iterate_phdr(findLoaded, &path);
-    if (!path.empty() && (lib = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD))) used = path;
-  }
-  // 2. Any CUDA runtime the loader can find.
-  for (const char* n : kNames) {
-    if (lib) break;
-    if ((lib = dlopen(n, RTLD_NOW | RTLD_LOCAL))) used = n;
-  }
+  void* lib = openCudaRuntime(&used);
   if (!lib) return nullptr;
   auto* rt = new CudaRt();  // leaked: used until the very end of the process
   bool ok = sym(lib, "cudaEventCreateWithFlags", &rt->eventCreateWithFlags) &&

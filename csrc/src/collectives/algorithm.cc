@@ -1,5 +1,7 @@
 #include "hetobs/collectives/algorithm.h"
 
+#include <algorithm>
+
 #include "hetobs/common/error.h"
 
 namespace hetobs {
@@ -21,6 +23,8 @@ size_t opBytes(const OpArgs& a, int n) {
       return 0;
     case OpKind::kRecv:
       return a.recv_count * es;
+    case OpKind::kRelay:
+      return std::max(a.send_count, a.recv_count);  // bytes per direction (the larger one)
     default:
       (void)n;
       return a.send_count * es;
@@ -66,6 +70,8 @@ void runCollective(Communicator& c, const OpArgs& a) {
     case OpKind::kSend:
     case OpKind::kRecv:
       return sendRecv(c, a);
+    case OpKind::kRelay:
+      return relay(c, a);
     default:
       throw Error(strFormat("unknown op code %d", int(a.op)));
   }

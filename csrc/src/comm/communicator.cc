@@ -10,6 +10,7 @@
 #include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
 #include "hetobs/record/recorder.h"
+#include "hetobs/relay/relay_state.h"
 #include "hetobs/transport/shm/segment.h"
 
 namespace hetobs {
@@ -29,6 +30,8 @@ Communicator::Communicator(std::shared_ptr<Endpoint> endpoint, uint64_t id, std:
     : endpoint_(std::move(endpoint)), id_(id), global_(std::move(globalRanks)), rank_(rank) {
   sendSeq_.assign(global_.size(), 0);
   recvSeq_.assign(global_.size(), 0);
+  relaySeq_.assign(global_.size(), 0);
+  relayPeerSeq_.assign(global_.size(), 0);
 }
 
 Communicator::~Communicator() {
@@ -72,8 +75,11 @@ void Communicator::statsEnd(const OpDesc& d, uint64_t bytes, int64_t startMono, 
   uint64_t v = __atomic_load_n(&c->version, __ATOMIC_RELAXED);
   __atomic_store_n(&c->version, v + 1, __ATOMIC_RELAXED);
   std::atomic_thread_fence(std::memory_order_release);
-  stats::noteOpEnd(c->ops[uint8_t(d.op) % stats::kOpKinds], bytes, durNs, ok, busBwFactor(uint8_t(d.op), size()),
-                   [](uint64_t& counter, uint64_t n) { counter += n; });  // we hold the seqlock
+  // The segment's layout has a slot per op kind it knew when it was versioned; a newer
+  // kind (relay) is recorded but not counted there until the layout grows.
+  if (uint8_t(d.op) < stats::kOpKinds)
+    stats::noteOpEnd(c->ops[uint8_t(d.op)], bytes, durNs, ok, busBwFactor(uint8_t(d.op), size()),
+                     [](uint64_t& counter, uint64_t n) { counter += n; });  // we hold the seqlock
   if (!ok) c->failed = 1;
   c->inflight_record = 0;
   __atomic_store_n(&c->version, v + 2, __ATOMIC_RELEASE);
@@ -114,6 +120,17 @@ void Communicator::reportFailure(const std::string& msg, uint64_t seq) {
   req.cause = msg;
   req.ask_peers = true;
   rt->dump(req);
+}
+
+RelayState& Communicator::relayState() {
+  if (!relay_) {
+    Doorbell* bell = segment_ ? &segment_->header()->bell : nullptr;
+    relay_ = std::make_unique<RelayState>(size(), [bell] {
+      if (bell) bell->ring();  // the op thread may sleep on its shared-memory doorbell
+    });
+    relayLive_.store(relay_.get(), std::memory_order_release);
+  }
+  return *relay_;
 }
 
 uint8_t* Communicator::scratch(size_t bytes) {
@@ -186,7 +203,21 @@ void Communicator::execute(const OpArgs& a, int64_t enqueueNs) {
   d.redop = a.redop;
   bool p2p = isP2P(a.op);
   uint64_t p2pSeq = 0;
-  if (p2p) {
+  if (a.op == OpKind::kRelay) {
+    // Frames to each peer carry the count of relays shared with it (descFor); the op's
+    // own seq is this rank's p2p op number, as its record says.
+    for (const auto* list : {&a.relay->sends, &a.relay->recvs})
+      for (const RelayMessage& m : *list) relayPeerSeq_[size_t(m.peer)] = 0;
+    for (const auto* list : {&a.relay->sends, &a.relay->recvs})
+      for (const RelayMessage& m : *list)
+        if (relayPeerSeq_[size_t(m.peer)] == 0) relayPeerSeq_[size_t(m.peer)] = ++relaySeq_[size_t(m.peer)];
+    d.dtype = DType::kUint8;
+    d.redop = RedOp::kSum;
+    d.root = 0;
+    d.count = 0;
+    p2pSeq = ++p2pSeq_;
+    d.seq = p2pSeq;
+  } else if (p2p) {
     int peer = a.root_or_peer;
     d.root = a.op == OpKind::kSend ? rank_ : peer;  // the sending rank, on both sides
     d.seq = a.op == OpKind::kSend ? sendSeq_[size_t(peer)]++ : recvSeq_[size_t(peer)]++;
@@ -210,6 +241,9 @@ void Communicator::execute(const OpArgs& a, int64_t enqueueNs) {
   rec.bytes = opBytes(a, size());
   rec.t_enqueue_ns = enqueueNs;
   rec.root_or_peer = (p2p || a.op == OpKind::kBroadcast || a.op == OpKind::kReduce) ? a.root_or_peer : -1;
+  if (a.op == OpKind::kRelay)  // its first peer (a relay may have several)
+    rec.root_or_peer = !a.relay->sends.empty() ? a.relay->sends[0].peer
+                       : !a.relay->recvs.empty() ? a.relay->recvs[0].peer : -1;
   rec.comm_size = size();
   rec.comm_rank = rank_;
   rec.op = uint8_t(a.op);
@@ -326,6 +360,8 @@ void Communicator::close() {
   }
   if (worker_.joinable()) worker_.join();
   std::lock_guard<std::mutex> ex(execMu_);
+  relayLive_.store(nullptr, std::memory_order_release);
+  relay_.reset();  // joins the copy threads, which ring the segment's doorbell
   channels_.clear();
   segment_.reset();
 }

@@ -12,6 +12,8 @@
 
 #include "hetobs/comm/abort.h"
 #include "hetobs/comm/communicator.h"
+#include "hetobs/comm/exchange_feed.h"
+#include "hetobs/relay/relay.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
@@ -66,8 +68,15 @@ bool driveItems(Item* items, size_t n, bool* all, Progress progress) {
 
 }  // namespace
 
+OpDesc Communicator::descFor(int peer) const {
+  if (desc_.op != OpKind::kRelay) return desc_;
+  OpDesc d = desc_;
+  d.seq = relayPeerSeq_[size_t(peer)];  // both ends of a link count the relays they share
+  return d;
+}
+
 OpDesc Communicator::expectFrom(int peer) const {
-  OpDesc e = desc_;
+  OpDesc e = descFor(peer);
   if (desc_.op == OpKind::kRecv) {
     e.op = OpKind::kSend;
     e.root = peer;
@@ -83,7 +92,7 @@ void Communicator::exchange(SendItem* sends, size_t ns, RecvItem* recvs, size_t 
   for (;;) {
     uint32_t bellSeen = seg ? seg->bell.seq.load(std::memory_order_acquire) : 0;
     bool all = true;
-    bool moved = driveItems(sends, ns, &all, [&](SendItem& s) { return channels_[size_t(s.peer)]->progressSend(s, desc_); });
+    bool moved = driveItems(sends, ns, &all, [&](SendItem& s) { return channels_[size_t(s.peer)]->progressSend(s, descFor(s.peer)); });
     moved |= driveItems(recvs, nr, &all,
                         [&](RecvItem& r) { return channels_[size_t(r.peer)]->progressRecv(r, expectFrom(r.peer)); });
     if (all) break;
@@ -122,6 +131,64 @@ void Communicator::exchange(SendItem* sends, size_t ns, RecvItem* recvs, size_t 
   }
 }
 
+void Communicator::checkDeadline() {
+  if (monoNs() >= deadlineNs_) throw TimeoutError(strFormat("timed out after %.2f s", double(monoNs() - opStartNs_) / 1e9));
+  if (abortRequested_.load(std::memory_order_acquire))
+    throw TimeoutError("aborted by the watchdog (HETOBS_ABORT_ON_HANG=1): " + abortWhy_);
+}
+
+void Communicator::exchangeFed(ExchangeFeed& feed) {
+  constexpr int64_t kCopyPollNs = 100000;  // copies pending too: wake this often to hand them on
+  int64_t lastMove = monoNs();
+  int64_t nextControl = lastMove + kControlNs;
+  shm::SegmentHeader* seg = segment_ ? segment_->header() : nullptr;
+  for (;;) {
+    uint32_t bellSeen = seg ? seg->bell.seq.load(std::memory_order_acquire) : 0;
+    uint32_t copySeen = feed.copySeq();
+    bool moved = feed.pump();
+    if (feed.finished()) break;
+    size_t ns = 0, nr = 0;
+    SendItem* sends = feed.sends(&ns);
+    RecvItem* recvs = feed.recvs(&nr);
+    bool all = true;
+    moved |= driveItems(sends, ns, &all, [&](SendItem& s) { return channels_[size_t(s.peer)]->progressSend(s, descFor(s.peer)); });
+    moved |= driveItems(recvs, nr, &all,
+                        [&](RecvItem& r) { return channels_[size_t(r.peer)]->progressRecv(r, expectFrom(r.peer)); });
+    int64_t now = monoNs();
+    if (moved) {
+      lastMove = now;
+      continue;
+    }
+    if (now >= nextControl || (seg && seg->abort.load(std::memory_order_relaxed))) {
+      pollAllControl();
+      nextControl = now + kControlNs;
+    }
+    if (now >= deadlineNs_) {
+      if (ns + nr) timeoutError(sends, ns, recvs, nr);
+      throw TimeoutError(strFormat("timed out after %.2f s waiting for the relay's staging copies",
+                                   double(now - opStartNs_) / 1e9));
+    }
+    if (abortRequested_.load(std::memory_order_acquire))
+      throw TimeoutError("aborted by the watchdog (HETOBS_ABORT_ON_HANG=1): " + abortWhy_);
+    int64_t idle = now - lastMove;
+    // With copies in flight the copy threads need the cores: sleep at once (their
+    // completions and the peer's frames ring the doorbell) instead of spinning them away.
+    bool copying = feed.copying();
+    int64_t spin = copying ? 0 : anyShm_ ? kSpinNs : kTcpSpinNs;
+    int64_t yield = copying || !anyShm_ ? 0 : kYieldNs;
+    int64_t sleepNs = std::min(kSleepNs, deadlineNs_ - now);
+    if (idle < spin) {
+      for (int i = 0; i < 32; ++i) HETOBS_PAUSE();
+    } else if (idle < spin + yield) {
+      sched_yield();
+    } else if (ns + nr == 0) {
+      feed.waitCopies(copySeen, sleepNs);  // only copies pending: their completion wakes us
+    } else {
+      waitForEvents(sends, ns, recvs, nr, bellSeen, copying ? std::min(sleepNs, kCopyPollNs) : sleepNs);
+    }
+  }
+}
+
 void Communicator::waitForEvents(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr, uint32_t bellSeen,
                                  int64_t sleepNs) {
   bool tcpPending = false, shmPending = false;
@@ -151,8 +218,10 @@ void Communicator::waitForEvents(SendItem* sends, size_t ns, RecvItem* recvs, si
     }
   }
   if (tcpPending || !shmPending) {
-    int ms = shmPending ? 0 : int(std::max<int64_t>(1, sleepNs / 1000000));
-    int rc = poll(fds, nfds, ms);
+    // ppoll: sub-millisecond bounds (the relay wakes every 100 us to hand on finished copies).
+    int64_t ns = shmPending ? 0 : std::max<int64_t>(1000, sleepNs);
+    timespec ts{time_t(ns / 1000000000LL), long(ns % 1000000000LL)};
+    int rc = ppoll(fds, nfds, &ts, nullptr);
     // Readable links the op is not using carry control traffic (acks, aborts, EOF):
     // drain it now, or poll() would keep returning at once and burn the core.
     if (rc > 0) {
@@ -218,6 +287,14 @@ void Communicator::handleFailure(std::exception_ptr ep) {
     std::rethrow_exception(ep);
   } catch (const FrameMismatch& m) {
     resolveMismatch(m.peer, &m.theirs, nullptr);
+  } catch (const RelayMismatch& e) {
+    // Both ends of the link see the disagreement in the headers they exchanged: each
+    // names the other. The peer's notice says why, should it get there first.
+    n.kind = AbortKind::kOther;
+    n.cause = strFormat("rank %d: %s", rank_, e.what());
+    msg = strFormat("%s: %s", opContext().c_str(), e.what());
+    failWith(n, msg);
+    throw MismatchError(msg);
   } catch (const RemoteAbort& a) {
     AbortNotice got = AbortNotice::decode(a.body);
     if (got.kind == AbortKind::kMismatch && got.reporter >= 0) resolveMismatch(-1, nullptr, &got);

@@ -4,6 +4,7 @@
 #include "hetobs/comm/communicator.h"
 #include "hetobs/observe/state_json.h"
 #include "hetobs/record/recorder.h"
+#include "hetobs/relay/relay_state.h"
 
 namespace hetobs {
 
@@ -16,6 +17,39 @@ void Communicator::writeMetadata(JsonWriter& w) const {
   for (const auto& ch : channels_)
     if (ch) w.field(std::to_string(worldRanks()[size_t(ch->peer().rank)]).c_str(), ch->kind());
   w.endObject();
+  w.endObject();
+}
+
+// Per peer, how many chunks reached each stage: a diagnosis tells data that stopped in
+// the device copy (copied_in < send_chunks, sent == copied_in) from data that stopped on
+// the wire (sent < copied_in on one end, received < its peer's sent on the other).
+void Communicator::writeRelayState(JsonWriter& w) const {
+  const RelayState* st = relayLive_.load(std::memory_order_acquire);
+  if (!st) return;
+  w.key("relay").beginObject();
+  w.field("stage", relayStageName(RelayStage(st->stage.load(std::memory_order_relaxed))));
+  w.field("pipeline", st->pipeline.load(std::memory_order_relaxed));
+  w.field("chunk_bytes", st->chunk_bytes.load(std::memory_order_relaxed));
+  w.field("slots", st->slots.load(std::memory_order_relaxed));
+  w.key("peers").beginArray();
+  const auto& pc = st->peers();
+  for (size_t p = 0; p < pc.size(); ++p) {
+    const RelayPeerCounters& c = pc[p];
+    uint64_t sc = c.send_chunks.load(std::memory_order_relaxed), rc = c.recv_chunks.load(std::memory_order_relaxed);
+    if (!sc && !rc) continue;
+    w.beginObject();
+    w.field("peer", int(p)).field("global_peer", worldRanks()[p]);
+    w.key("send").beginObject();
+    w.field("chunks", sc).field("copied_in", c.copied_in.load(std::memory_order_relaxed));
+    w.field("sent", c.sent.load(std::memory_order_relaxed));
+    w.endObject();
+    w.key("recv").beginObject();
+    w.field("chunks", rc).field("received", c.received.load(std::memory_order_relaxed));
+    w.field("copied_out", c.copied_out.load(std::memory_order_relaxed));
+    w.endObject();
+    w.endObject();
+  }
+  w.endArray();
   w.endObject();
 }
 
@@ -41,6 +75,7 @@ void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
         writePeerProgress(w, ch->peer().rank, worldRanks()[size_t(ch->peer().rank)], ch->kind(),
                           const_cast<Channel&>(*ch).progress(), nowMono);
     w.endArray();
+    if (OpKind(r.op) == OpKind::kRelay) writeRelayState(w);
     w.endObject();
   } else {
     w.nullField("in_flight");

@@ -16,7 +16,8 @@ const char* dtypeName(DType t) {
 
 const char* opName(OpKind op) {
   static const char* kNames[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all",
-                                 "barrier",    "send",           "recv",       "gather",    "scatter"};
+                                 "barrier",    "send",           "recv",       "gather",    "scatter",
+                                 "relay"};
   return uint8_t(op) < uint8_t(OpKind::kCount) ? kNames[uint8_t(op)] : "invalid";
 }
 
@@ -25,7 +26,7 @@ const char* redOpName(RedOp op) {
   return uint8_t(op) < uint8_t(RedOp::kCount) ? kNames[uint8_t(op)] : "invalid";
 }
 
-bool isP2P(OpKind op) { return op == OpKind::kSend || op == OpKind::kRecv; }
+bool isP2P(OpKind op) { return op == OpKind::kSend || op == OpKind::kRecv || op == OpKind::kRelay; }
 
 std::string OpDesc::str() const {
   std::string s = strFormat("%s seq %llu count %llu %s", opName(op), (unsigned long long)seq,

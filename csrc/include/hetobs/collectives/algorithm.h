@@ -32,6 +32,7 @@ void reduce(Communicator& c, const OpArgs& a);
 void allToAll(Communicator& c, const OpArgs& a);
 void barrier(Communicator& c, const OpArgs& a);
 void sendRecv(Communicator& c, const OpArgs& a);
+void relay(Communicator& c, const OpArgs& a);
 
 // Pipelining unit of the chain algorithms (broadcast, reduce).
 constexpr size_t kSegmentBytes = 512 * 1024;

@@ -29,6 +29,9 @@
 namespace hetobs {
 
 class Endpoint;
+class ExchangeFeed;
+class RelayState;
+struct RelayRequest;
 namespace shm {
 class Segment;
 }
@@ -43,6 +46,7 @@ struct OpArgs {
   uint8_t* recv = nullptr;
   size_t recv_count = 0;
   double timeout_s = -1;  // negative: the communicator's default
+  std::shared_ptr<RelayRequest> relay;  // kRelay: its messages, settings and (after) phases
 };
 
 struct LinkInfo {
@@ -97,7 +101,14 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   // Post the items and drive the channels until all are done. Items to the same peer
   // in the same direction complete in order.
   void exchange(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr);
+  // Like exchange, but items come from `feed` as they become ready (the relay pipeline).
+  void exchangeFed(ExchangeFeed& feed);
+  // Throw the op's timeout / watchdog abort if due (for waits outside exchange).
+  void checkDeadline();
   const OpDesc& desc() const { return desc_; }
+  std::string describePeer(int peer) const { return channels_[size_t(peer)]->peer().describe(); }
+  // Staging, copy lanes and per-peer stage counters of relay ops (made on first use).
+  RelayState& relayState();
   uint8_t* scratch(size_t bytes);
   size_t smallBytes() const;
 
@@ -105,6 +116,7 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   void execute(const OpArgs& args, int64_t enqueueNs);
   void workerLoop();
   OpDesc expectFrom(int peer) const;
+  OpDesc descFor(int peer) const;  // what our frames to `peer` carry
   void waitForEvents(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr, uint32_t bellSeen, int64_t idleNs);
   void pollAllControl();
   [[noreturn]] void timeoutError(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr);
@@ -130,6 +142,12 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   uint64_t p2pSeq_ = 0;
   std::vector<uint64_t> sendSeq_, recvSeq_;
   uint64_t splitCount_ = 0;
+  // Relays: each end of a link counts the relays it shares with the other (only the ranks
+  // that call a relay take part, so a communicator-wide counter would drift).
+  std::vector<uint64_t> relaySeq_, relayPeerSeq_;  // by peer; relayPeerSeq_: the running relay's
+  std::unique_ptr<RelayState> relay_;
+  std::atomic<RelayState*> relayLive_{nullptr};  // relay_, for dumps on other threads
+  void writeRelayState(JsonWriter& w) const;
 
   OpDesc desc_{};          // the op running now
   // Recent collectives by seq, so a rank that finished an op can still say what it

@@ -9,12 +9,13 @@
 namespace hetobs {
 
 enum class DType : uint8_t { kInt8 = 0, kUint8, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64, kCount };
+// kRelay: many messages to and from peers in one op (hetobs/relay/relay.h); p2p-style.
 // kGather and kScatter are recorded for vendor libraries (MPI, torch); the native
 // transport does not implement them. RedOp::kOther stands for a vendor reduction hetobs
 // cannot name (MPI_LAND, user ops, ...).
 enum class OpKind : uint8_t {
   kAllReduce = 0, kReduceScatter, kAllGather, kBroadcast, kReduce, kAllToAll, kBarrier, kSend, kRecv,
-  kGather, kScatter, kCount
+  kGather, kScatter, kRelay, kCount
 };
 enum class RedOp : uint8_t { kSum = 0, kProd, kMin, kMax, kAvg, kOther, kCount };
 
