@@ -31,6 +31,18 @@ struct EnvSettings {
   std::string bw_log_file;
 };
 
+// A numeric setting: how both parsers (this one and hetobs/config.py) read it. Floats
+// take inf ("never", for timeouts) and refuse NaN; integers are bounded by `maximum`.
+struct NumberSpec {
+  const char* name;
+  const char* dflt;
+  double minimum;
+  bool integer;
+  long long maximum;  // integers only
+};
+constexpr int kNumberSettingCount = 7;
+extern const NumberSpec kNumberSettings[kNumberSettingCount];
+
 // Read every setting from the process environment (getenv). Returns false and sets
 // *error (one line, no trailing newline) when a value cannot be used; never throws.
 bool readEnvSettings(EnvSettings* out, std::string* error);
