@@ -175,3 +175,15 @@ def test_jobs_lists_states_and_survives_bad_files(tmp_path: Path) -> None:
     human = _hetobs("jobs", "--dir", str(tmp_path))
     assert human.returncode == 0 and "crashed" in human.stdout and "dead" in human.stdout, human.stderr
     assert _hetobs("jobs", "--dir", str(tmp_path / "nothing-here")).returncode == 0
+
+
+def test_secret_warning_once_per_job(tmp_path: Path) -> None:
+    """Three ranks with a set job id and no secret: one warning line for the job, from rank 0."""
+    from _inline import InlineJob
+
+    body = "import numpy as np, hetobs\nc = hetobs.init()\nc.all_reduce(np.ones(4, np.float32))\nc.close()\n"
+    with InlineJob(body, 3, tmp_path, transport="tcp") as job:
+        runs = job.wait(timeout=60)
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    counts = [r.stderr.count(SECRET_WARNING) for r in runs]
+    assert counts == [1, 0, 0], [r.stderr for r in runs]
