@@ -298,6 +298,9 @@ Process* startProcess(int hintRank, int hintSize) {
     return nullptr;
   }
   applyLogLevel(p->env);
+  // No id set (torchrun's static rendezvous says TORCHELASTIC_RUN_ID=none): NCCL hands us no
+  // channel to agree on rank 0's, so derive one all ranks of this launch share.
+  if (p->env.job_id_generated && launchJobId(&p->env.job_id)) p->env.job_id_generated = false;
   if (!p->env.watchdog) {
     gDisabled = true;  // HETOBS_WATCHDOG=0: no stats, no dumps, nothing to record into
     delete p;

@@ -239,6 +239,18 @@ std::string generateJobId() {
   return s;
 }
 
+bool launchJobId(std::string* id) {
+  const char* addr = getenv("MASTER_ADDR");
+  const char* port = getenv("MASTER_PORT");
+  if (!addr || !*addr || !port || !*port) return false;
+  std::string where = std::string(addr) + ":" + port;
+  Digest d = hmacSha256("hetobs-launch", where.data(), where.size());
+  std::string s = "launch-";
+  for (int i = 0; i < 6; ++i) s += strFormat("%02x", d[size_t(i)]);
+  *id = s;
+  return true;
+}
+
 bool readEnvSettings(EnvSettings* out, std::string* error) {
   try {
     EnvSettings s;

@@ -51,6 +51,10 @@ bool readEnvSettings(EnvSettings* out, std::string* error);
 bool validJobId(const std::string& id);
 // A fresh 12-hex-digit job id (as hetobs.config generates).
 std::string generateJobId();
+// For entry points with no rendezvous to agree on rank 0's id (the NCCL interposer): an id
+// every rank of one launch derives alike from MASTER_ADDR:MASTER_PORT, which two jobs
+// running at once on one machine cannot share. False when either is unset.
+bool launchJobId(std::string* id);
 // Apply HETOBS_DEBUG to the native logger.
 void applyLogLevel(const EnvSettings& s);
 
