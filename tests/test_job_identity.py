@@ -33,21 +33,9 @@ SECRET_WARNING = "HETOBS_SECRET is not set"
 def shm_cleanup(launcher: "Launcher") -> Iterator[None]:
     """Segments are named by the agreed id, which the launcher does not know: after the test,
     remove any new hetobs-stats-* segment whose process is one of this test's (now dead) ranks."""
-    from hetobs import stats
-
-    before = set(os.listdir(SHM))
     yield
     launcher.close()
-    pids = {pid for job in launcher.jobs for pid in job.pids}
-    for name in set(os.listdir(SHM)) - before:
-        if not name.startswith("hetobs-stats-"):
-            continue
-        try:
-            seg = stats.read_segment(str(SHM / name))
-        except stats.StatsError:
-            continue
-        if seg.pid in pids:
-            (SHM / name).unlink(missing_ok=True)
+    _remove_segments_of({pid for job in launcher.jobs for pid in job.pids})
 
 
 def _hetobs(*args: str) -> subprocess.CompletedProcess[str]:
@@ -187,3 +175,56 @@ def test_secret_warning_once_per_job(tmp_path: Path) -> None:
     assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
     counts = [r.stderr.count(SECRET_WARNING) for r in runs]
     assert counts == [1, 0, 0], [r.stderr for r in runs]
+
+
+def test_generated_id_rendezvous_keeps_strangers_out(tmp_path: Path) -> None:
+    """With HETOBS_SECRET and no job id, a process without the secret that claims rank 1 at the
+    rendezvous is refused; the real rank 1 then joins and both ranks run under rank 0's id."""
+    import signal
+
+    body = ("import os, numpy as np, hetobs\nfrom hetobs import _core\nc = hetobs.init()\n"
+            "x = np.ones(4, np.float32)\nc.all_reduce(x)\n"
+            "print('JOB', os.path.basename(_core.runtime_info()['job_dir']), x[0], flush=True)\nc.close()\n")
+    port = str(free_port())
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HETOBS_")}
+    base.update(UNSET_ID, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port, HETOBS_TRANSPORT="tcp",
+                HETOBS_DIR=str(tmp_path / "hetobs"), HETOBS_CONNECT_TIMEOUT="30", PYTHONUNBUFFERED="1")
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(rank: int, **extra: str) -> subprocess.Popen[str]:
+        p = subprocess.Popen([sys.executable, "-c", body], env={**base, "RANK": str(rank), **extra},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        procs.append(p)
+        return p
+
+    try:
+        r0 = start(0, HETOBS_SECRET="s3cret")
+        stranger = start(1)  # no secret
+        _, s_err = stranger.communicate(timeout=60)
+        assert stranger.returncode != 0 and "refused the handshake" in s_err, s_err
+        r1 = start(1, HETOBS_SECRET="s3cret")
+        outs = [p.communicate(timeout=60) for p in (r0, r1)]
+        assert r0.returncode == 0 and r1.returncode == 0, outs
+        jobs = {out.split()[1] for out, _ in outs}
+        assert len(jobs) == 1 and "none" not in jobs, outs
+        assert "refused a connection" in outs[0][1], outs[0][1]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+        _remove_segments_of({p.pid for p in procs})
+
+
+def _remove_segments_of(pids: set[int]) -> None:
+    """Segments left by the given (dead) processes: ranks that exit cleanly remove their own."""
+    from hetobs import stats
+
+    for name in os.listdir(SHM):
+        if not name.startswith("hetobs-stats-"):
+            continue
+        try:
+            if stats.read_segment(str(SHM / name)).pid in pids:
+                (SHM / name).unlink(missing_ok=True)
+        except stats.StatsError:
+            continue
