@@ -68,13 +68,14 @@ def test_timeout_arguments_checked() -> None:
 
 
 @pytest.mark.slow
-def test_inf_means_never(launcher: "Launcher", leak_check: "LeakCheck", tmp_path: Path) -> None:
-    """Rank 0 waits in an all_reduce through several watchdog ticks with HETOBS_HANG_TIMEOUT=inf
-    and HETOBS_TIMEOUT=inf: no hang, no timeout. Then inf per-op and Work.wait timeouts work, and
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_inf_means_never(launcher: "Launcher", leak_check: "LeakCheck", tmp_path: Path, transport: str) -> None:
+    """Rank 0 waits in an all_reduce through several watchdog ticks with HETOBS_HANG_TIMEOUT=inf,
+    HETOBS_TIMEOUT=inf and HETOBS_CONNECT_TIMEOUT=inf: it connects, no hang, no timeout. Then inf per-op and Work.wait timeouts work, and
     NaN / negative per-op timeouts are refused before anything is sent."""
     from hetobs import stats
 
-    job = launcher("inf_timeouts", 2, gates=["release-1"], transport="tcp",
+    job = launcher("inf_timeouts", 2, gates=["release-1"], transport=transport, connect_timeout=float("inf"),
                    env={"HETOBS_HANG_TIMEOUT": "inf", "HETOBS_TIMEOUT": "inf"})
     job.wait_event(0, "entering")
     seg = stats.segment_paths(job.job_id)[0]

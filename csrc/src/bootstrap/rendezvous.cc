@@ -153,7 +153,8 @@ std::vector<std::string> rendezvous(int rank, int size, const SockAddr& master, 
       // never arrives, sends the reason (naming that rank) when its own deadline passes.
       std::string table;
       try {
-        table = readBlob(fd, kMaxCard * size_t(size) + 4 * size_t(size), deadlineNs + kTableGraceNs,
+        int64_t until = deadlineNs >= kNeverNs - kTableGraceNs ? kNeverNs : deadlineNs + kTableGraceNs;
+        table = readBlob(fd, kMaxCard * size_t(size) + 4 * size_t(size), until,
                          "rendezvous table");
       } catch (const Error&) {
         fatal = strFormat("rendezvous: rank 0 at %s sent no rank table within the connect timeout; some rank never "
