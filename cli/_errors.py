@@ -40,8 +40,20 @@ def _named(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {_plain(exc)}"
 
 
+# Optional parts of hetobs by top-level module: a missing one names the extra that brings it.
+_EXTRAS = {"opentelemetry": "telemetry", "torch": "torch"}
+
+
 def _import(exc: BaseException) -> str:
-    return f"{_plain(exc)} (is hetobs built? run: bash scripts/setup.sh)"
+    missing = getattr(exc, "name", None) or ""
+    top = missing.split(".")[0]
+    if top in _EXTRAS:
+        return f"{_plain(exc)} (an optional part: pip install 'hetobs[{_EXTRAS[top]}]')"
+    if missing.startswith("hetobs._"):  # the native modules: only a build makes them
+        return f"{_plain(exc)} (is hetobs built? run: bash scripts/setup.sh)"
+    if missing and top != "hetobs":
+        return f"{_plain(exc)} (a dependency of hetobs is missing: reinstall it with pip install hetobs)"
+    return _plain(exc)
 
 
 KNOWN: dict[type[BaseException], tuple[Formatter, ExitCode]] = {

@@ -52,7 +52,9 @@ def _add_optional(name: str, command: str | None = None) -> None:
         return
 
     def _unavailable() -> None:
-        raise ImportError(f"the '{name}' command failed to load: {type(failure).__name__}: {failure}")
+        # name= carries the missing module, so _errors can say whether to build or to install.
+        raise ImportError(f"the '{name}' command failed to load: {type(failure).__name__}: {failure}",
+                          name=getattr(failure, "name", None))
 
     # A plain command that accepts any arguments, so the load error is what the user sees.
     app.command(command or name, help=f"(unavailable: failed to load {module_name})",
@@ -65,6 +67,7 @@ _add_optional("dump")
 _add_optional("demo")
 _add_optional("preload_path", "preload-path")
 _add_optional("exporter")
+_add_optional("jobs")
 _add_optional("top")
 _add_optional("trace")
 

@@ -8,6 +8,12 @@ window, ops in it; per link: send/receive throughput, busy share and network
 bandwidth. `--once` prints one view (the window is --interval long) and exits;
 `--json` (implies --once) prints it as one plain JSON document.
 
+Who waits on whom: each rank row carries `waiting_on` (the ranks its in-flight op still
+has an open message with) and `waited_on_by` (the stuck or suspect ranks waiting on it).
+A rank the stuck ones wait on that itself waits on nobody — asleep in Python, busy
+elsewhere, between ops — is the one holding the job up: state "blocking" (not "healthy").
+States: healthy, suspect, stuck, blocking, stopped, dead, exited, unknown.
+
 Exit codes: 0 shown, 3 no segment of the job on this node (--once), 130 never: Ctrl-C
 ends the live view normally (0).
 """
@@ -33,8 +39,8 @@ __all__ = ["app"]
 
 app = typer.Typer(add_completion=False, subcommand_metavar="")
 
-_STATE_STYLE = {"healthy": "green", "suspect": "yellow", "stuck": "bold red", "stopped": "yellow", "dead": "red",
-                "exited": "dim", "unknown": "red"}
+_STATE_STYLE = {"healthy": "green", "suspect": "yellow", "stuck": "bold red", "blocking": "bold magenta",
+                "stopped": "yellow", "dead": "red", "exited": "dim", "unknown": "red"}
 
 
 def _num(v: Any, fmt: str = "{:.2f}") -> str:
@@ -48,12 +54,17 @@ def _age(v: float | None, threshold: float) -> Text:
     return Text(f"{v:.1f}", style=style)
 
 
+def _ranks(v: list[int] | None) -> str:
+    return ", ".join(str(x) for x in v) if v else "-"
+
+
 def render(doc: dict[str, Any], threshold: float) -> Group:
     """The view as rich tables (ranks, then links)."""
     window = doc["window_s"]
     ranks = Table(title=f"job {doc['job']}" + (f"  (window {window:.1f} s)" if window else ""), title_justify="left")
     for col, just in [("rank", "right"), ("host", "left"), ("pid", "right"), ("state", "left"),
-                      ("in flight (comm: op #seq, age)", "left"), ("s since progress", "right"),
+                      ("in flight (comm: op #seq, age)", "left"), ("waits on", "left"), ("waited on by", "left"),
+                      ("s since progress", "right"),
                       ("heartbeat s", "right"), ("busbw GB/s", "right"), ("algbw GB/s", "right"),
                       ("ops", "right"), ("hangs", "right")]:
         ranks.add_column(col, justify=just)  # type: ignore[arg-type]
@@ -65,6 +76,7 @@ def render(doc: dict[str, Any], threshold: float) -> Group:
         host = (r.get("host") or "-") + (f" [{r['island']}]" if r.get("island") else "")  # heterogeneous jobs
         ranks.add_row(str(r["rank"]), host, str(r.get("pid", "-")),
                       Text(state, style=_STATE_STYLE.get(state, "")), Text(current or "-"),
+                      Text(_ranks(r.get("waiting_on"))), Text(_ranks(r.get("waited_on_by"))),
                       _age(r.get("seconds_since_progress"), threshold), _num(r.get("heartbeat_age_s"), "{:.1f}"),
                       _num(r.get("busbw_gbps")), _num(r.get("algbw_gbps")), _num(r.get("window_ops"), "{}"),
                       str(r.get("hangs_detected", "-")))

@@ -7,8 +7,8 @@ Every exporter reads the ranks' stats segments through a `SnapshotSource`
     from hetobs import exporters
     exporters.start_http_server(9464)          # this process's own segment, on /metrics
 
-Names are loaded lazily: prometheus-client and the OpenTelemetry SDK (the
-`telemetry` extra) are imported only by the exporter that needs them. Inside this
+Names are loaded lazily: prometheus-client (a dependency) and the OpenTelemetry SDK
+(the `telemetry` extra) are imported only by the exporter that needs them. Inside this
 package import only `hetobs.…` or relative names.
 """
 

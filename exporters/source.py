@@ -84,6 +84,13 @@ def _rank_of(path: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
+def _same_job(job: str, header_job: str) -> bool:
+    """The header keeps the id's first 63 bytes: a cut id is ours when it is a prefix of `job`."""
+    if header_job == job:
+        return True
+    return len(header_job.encode()) >= 63 and job.startswith(header_job)
+
+
 def _read(path: str, rank: int, records: int, proc: str, host: str) -> RankEntry:
     try:
         seg = stats.read_segment(path, records=records, proc=proc)
@@ -150,9 +157,8 @@ class ShmSource:
             with self._lock:
                 host = self._seen.get(rank, ("", self._host))[1]
             entry = _read(path, rank, records, self.proc, host)
-            # The header keeps 63 chars of the id (a long id is cut, still ours); anything else
-            # is another job whose sanitised name globbed alike ("a" vs "a-r1").
-            if entry.stats is not None and not self.job.startswith(entry.stats.job):
+            # Names are sanitised ("a b" and "a_b" share one): the header's id says whose it is.
+            if entry.stats is not None and not _same_job(self.job, entry.stats.job):
                 continue
             entries[rank] = entry
         with self._lock:

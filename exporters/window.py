@@ -16,6 +16,7 @@ from hetobs import stats
 
 from .metrics import busbw_factor, rank_state, seconds_since_progress
 from .source import RankEntry, Snapshot
+from .waits import mark_waits, waiting_on
 
 __all__ = ["view"]
 
@@ -100,8 +101,9 @@ def view(cur: Snapshot, prev: Snapshot | None = None) -> dict[str, Any]:
     """The ranks and links of `cur`, with window rates against `prev` (None: no window)."""
     window_s = (cur.time_ns - prev.time_ns) / 1e9 if prev is not None and cur.time_ns > prev.time_ns else None
     old = {e.rank: e for e in prev.ranks} if prev is not None else {}
+    ranks = [_rank_row(e, old.get(e.rank), cur.time_ns, window_s) for e in cur.ranks]
+    mark_waits(ranks, {e.rank: waiting_on(e.stats) for e in cur.ranks if e.stats is not None and e.live})
     return {
-        "job": cur.job, "time_ns": cur.time_ns, "window_s": window_s,
-        "ranks": [_rank_row(e, old.get(e.rank), cur.time_ns, window_s) for e in cur.ranks],
+        "job": cur.job, "time_ns": cur.time_ns, "window_s": window_s, "ranks": ranks,
         "links": [row for e in cur.ranks for row in _link_rows(e, old.get(e.rank), window_s)],
     }

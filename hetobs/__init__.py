@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import _lifecycle
 from ._version import __version__
 from .errors import AuthError, CommAbortedError, HetobsError, MismatchError, OpTimeoutError, PeerError
 
@@ -52,18 +53,26 @@ def init(*, rank: int | None = None, world_size: int | None = None, master_addr:
     size = _env_int("WORLD_SIZE", world_size)
     endpoint = _endpoint(rank, size)
     if store is not None:
-        native = _connect_through_store(endpoint, store, f"hetobs/{endpoint.job_id}/card/", rank, size)
+        # A generated id differs per rank until rank 0's is adopted: it cannot name the keys.
+        prefix = "hetobs/card/" if endpoint.job_id_generated else f"hetobs/{endpoint.job_id}/card/"
+        native = _connect_through_store(endpoint, store, prefix, rank, size)
     else:
         addr = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
         port = _env_int("MASTER_PORT", master_port)
         native = endpoint.native.rendezvous(addr, port)
+        _lifecycle.install()  # the runtime may have started only now (agreed job id)
     return Communicator(native)
 
 
 class _Endpoint:
-    def __init__(self, native: Any, job_id: str) -> None:
+    def __init__(self, native: Any, job_id_generated: bool) -> None:
         self.native = native
-        self.job_id = job_id
+        self.job_id_generated = job_id_generated
+
+    @property
+    def job_id(self) -> str:
+        """The job id: this rank's own until it is agreed at rendezvous, rank 0's after."""
+        return str(self.native.job_id)
 
 
 def _endpoint(rank: int, size: int) -> _Endpoint:
@@ -77,16 +86,24 @@ def _endpoint(rank: int, size: int) -> _Endpoint:
     _core.set_log_level(s.debug)
     native = _core.Endpoint(rank, size, s.job_id, s.secret, s.transport, s.timeout, s.connect_timeout,
                             s.small_bytes, s.dir, s.hang_timeout, s.abort_on_hang, s.dump_signal, s.records,
-                            s.watchdog, s.bw_log, s.bw_log_interval, s.bw_log_file)
-    from ._lifecycle import install
-
-    install()
-    return _Endpoint(native, s.job_id)
+                            s.watchdog, s.bw_log, s.bw_log_interval, s.bw_log_file,
+                            job_id_generated=s.job_id_generated)
+    _lifecycle.install()
+    return _Endpoint(native, s.job_id_generated)
 
 
 def _connect_through_store(endpoint: _Endpoint, store: Store, prefix: str, rank: int, size: int,
                            comm_id: int = 0, world_ranks: list[int] | None = None) -> Any:
-    """Exchange rank cards through `store` under `prefix`, then connect."""
+    """Exchange rank cards through `store` under `prefix`, then connect.
+
+    For the world (comm_id 0) rank 0 first hands out its job id; each rank adopts it before
+    publishing its card, so no peer dials this rank before its listener knows the agreed key.
+    """
+    if comm_id == 0:
+        if rank == 0:
+            store.set(prefix + "job", endpoint.job_id.encode())
+        endpoint.native.adopt_job_id(bytes(store.get(prefix + "job")).decode())
+        _lifecycle.install()
     store.set(prefix + str(rank), endpoint.native.card())
     cards = [bytes(store.get(prefix + str(r))) for r in range(size)]
     return endpoint.native.connect(cards, comm_id, world_ranks or [])

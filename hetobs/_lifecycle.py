@@ -48,9 +48,17 @@ def _on_exit() -> None:
 
 
 def install() -> None:
-    """Idempotent: the first call wires stacks and exit handling."""
+    """Idempotent: the first call wires stacks and exit handling.
+
+    Later calls hand the stack file to a runtime that started since (a rank whose job id
+    is agreed at rendezvous starts its runtime only then).
+    """
     global _installed, _stack_file, _previous_hook
     if _installed:
+        if _stack_file is not None:
+            from . import _core
+
+            _core.set_stack_dumper(STACK_SIGNAL, _stack_file.fileno())
         return
     _installed = True
     from . import _core

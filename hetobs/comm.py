@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from . import _core
 from .buffers import Buffer, as_buffer
+from .config import check_timeout
 
 __all__ = ["Communicator", "Work", "OPS", "REDUCTIONS", "RELAY_STAGES"]
 
@@ -33,8 +34,8 @@ class Work:
         self._keep_alive: tuple[Any, ...] | None = keep_alive
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait for completion; returns False if `timeout` seconds passed first."""
-        done = bool(self._native.wait(-1.0 if timeout is None else float(timeout)))
+        """Wait for completion; returns False if `timeout` seconds passed first (None or inf: no limit)."""
+        done = bool(self._native.wait(check_timeout(timeout)))
         if done:
             self._keep_alive = None
         return done
@@ -143,7 +144,7 @@ class Communicator:
             s.ptr if s else 0, s.count if s else 0,
             r.ptr if r else 0, r.count if r else 0,
             (s or r).dtype if (s or r) else 6,
-            redop, root, -1.0 if timeout is None else float(timeout), async_op,
+            redop, root, check_timeout(timeout), async_op,
         )
         if async_op:
             return Work(native, (send.owner if send else None, recv.owner if recv else None))

@@ -7,13 +7,14 @@ not deep inside the transport.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import uuid
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-__all__ = ["Settings", "SETTINGS", "SettingError", "from_env"]
+__all__ = ["Settings", "SETTINGS", "NUMBER_SETTINGS", "SettingError", "from_env", "check_timeout"]
 
 
 class SettingError(ValueError):
@@ -28,15 +29,17 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("HETOBS_JOB_ID", "SLURM_JOB_ID, TORCHELASTIC_RUN_ID, else generated",
-            "Job identity: names the job directory and authenticates handshakes when no secret is set."),
+    Setting("HETOBS_JOB_ID", "SLURM_JOB_ID, TORCHELASTIC_RUN_ID (not \"none\"), else made by rank 0",
+            "Job identity: names the job directory and authenticates handshakes when no secret is set. "
+            "Without one, rank 0 makes an id and hands it to the other ranks at rendezvous (it logs it; "
+            "`hetobs jobs` lists the jobs)."),
     Setting("HETOBS_DIR", "<tmp>/hetobs-<uid>", "Root of job directories; point it at shared storage on a cluster."),
     Setting("HETOBS_TRANSPORT", "auto", "auto (shared memory within a host, TCP across), shm, or tcp."),
     Setting("HETOBS_SECRET", "(unset)", "Shared secret: every handshake is authenticated with HMAC-SHA256 over a nonce."),
-    Setting("HETOBS_TIMEOUT", "600", "Seconds an op may wait on a peer before it fails with a timeout naming that peer."),
-    Setting("HETOBS_CONNECT_TIMEOUT", "60", "Seconds to wait for rendezvous and connections at start-up."),
+    Setting("HETOBS_TIMEOUT", "600", "Seconds an op may wait on a peer before it fails with a timeout naming that peer (inf: never; NaN and negatives are refused, as for every timeout)."),
+    Setting("HETOBS_CONNECT_TIMEOUT", "60", "Seconds to wait for rendezvous and connections at start-up (inf: never)."),
     Setting("HETOBS_RECORDS", "2048", "Op records kept per rank (ring, oldest overwritten)."),
-    Setting("HETOBS_HANG_TIMEOUT", "300", "Seconds without progress in an op before the watchdog dumps every rank."),
+    Setting("HETOBS_HANG_TIMEOUT", "300", "Seconds without progress in an op before the watchdog dumps every rank (inf: never)."),
     Setting("HETOBS_WATCHDOG", "1", "0 turns off the watchdog, dumps, side-channel requests and the stats segment."),
     Setting("HETOBS_ABORT_ON_HANG", "0", "1: after the hang dump, fail the stuck op with an error instead of waiting."),
     Setting("HETOBS_DUMP_SIGNAL", "off", "A signal (name or number, e.g. SIGUSR2) that makes this rank dump; chains to prior handlers."),
@@ -83,16 +86,64 @@ class Settings:
     relay_slots: int = 16
 
 
-def _number(env: Mapping[str, str], name: str, default: str, conv: Callable[[str], float | int],
-            minimum: float) -> float | int:
-    raw = env.get(name, default)
+@dataclass(frozen=True)
+class NumberSetting:
+    """How a numeric setting is read, here and in csrc/src/common/env_config.cc (kNumberSettings).
+
+    Floats take inf (for a timeout: never) and refuse NaN; integers are bounded by `maximum`.
+    tests/test_timeouts_inf.py checks that the native table says the same.
+    """
+
+    name: str
+    default: str
+    minimum: float
+    integer: bool = False
+    maximum: int | None = None
+
+
+NUMBER_SETTINGS: dict[str, NumberSetting] = {n.name: n for n in (
+    NumberSetting("HETOBS_TIMEOUT", "600", 0.001),
+    NumberSetting("HETOBS_CONNECT_TIMEOUT", "60", 0.1),
+    NumberSetting("HETOBS_RECORDS", "2048", 1, integer=True, maximum=1 << 30),
+    NumberSetting("HETOBS_HANG_TIMEOUT", "300", 0.1),
+    NumberSetting("HETOBS_SMALL_BYTES", "65536", 0, integer=True, maximum=1 << 62),
+    NumberSetting("HETOBS_BW_LOG_INTERVAL", "15", 0.1),
+    NumberSetting("HETOBS_OTEL_SAMPLE", "0.01", 0.0),
+)}
+
+
+def _number(env: Mapping[str, str], name: str) -> float | int:
+    spec = NUMBER_SETTINGS[name]
+    raw = env.get(name, spec.default)
+    conv: Callable[[str], float | int] = int if spec.integer else float
     try:
         value = conv(raw)
     except ValueError:
         raise SettingError(f"{name}={raw!r}: expected a number") from None
+    if isinstance(value, float) and math.isnan(value):
+        raise SettingError(f"{name}={raw!r}: expected a number, not NaN")
+    minimum = int(spec.minimum) if spec.integer else spec.minimum
     if value < minimum:
         raise SettingError(f"{name}={raw!r}: must be at least {minimum}")
+    if spec.maximum is not None and value > spec.maximum:
+        raise SettingError(f"{name}={raw!r}: must be at most {spec.maximum}")
     return value
+
+
+def check_timeout(value: float | None, what: str = "timeout") -> float:
+    """A timeout argument as the native core takes it: seconds >= 0, inf = never, None = -1 (the default).
+
+    Raises ValueError naming `what` for NaN or a negative number.
+    """
+    if value is None:
+        return -1.0
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}={value!r}: expected seconds (a number, inf for no limit)") from None
+    if math.isnan(seconds) or seconds < 0:
+        raise ValueError(f"{what}={value!r}: expected seconds >= 0 (inf for no limit), not {seconds}")
+    return seconds
 
 
 def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
@@ -122,9 +173,17 @@ def _signal(env: Mapping[str, str], name: str) -> int:
     return num
 
 
+# Launchers' placeholders, not ids: torchrun's static rendezvous sets TORCHELASTIC_RUN_ID=none
+# for every job, so two jobs on one machine would share one job directory.
+_PLACEHOLDER_IDS = ("none",)
+
+
 def _job_id(env: Mapping[str, str]) -> tuple[str, bool]:
+    """(id, generated). A generated id is this rank's own until rank 0's is adopted at rendezvous."""
     for name in ("HETOBS_JOB_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
         value = env.get(name, "").strip()
+        if name == "TORCHELASTIC_RUN_ID" and value.lower() in _PLACEHOLDER_IDS:
+            continue
         if value:
             if "/" in value or value in (".", "..") or len(value) > 128:
                 raise SettingError(f"{name}={value!r}: a job id must be a plain name (no '/', at most 128 chars)")
@@ -142,19 +201,19 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         dir=env.get("HETOBS_DIR", "") or os.path.join(tempfile.gettempdir(), f"hetobs-{os.getuid()}"),
         transport=_choice(env, "HETOBS_TRANSPORT", "auto", ("auto", "shm", "tcp")),
         secret=env.get("HETOBS_SECRET", ""),
-        timeout=float(_number(env, "HETOBS_TIMEOUT", "600", float, 0.001)),
-        connect_timeout=float(_number(env, "HETOBS_CONNECT_TIMEOUT", "60", float, 0.1)),
-        records=int(_number(env, "HETOBS_RECORDS", "2048", int, 1)),
-        hang_timeout=float(_number(env, "HETOBS_HANG_TIMEOUT", "300", float, 0.1)),
+        timeout=float(_number(env, "HETOBS_TIMEOUT")),
+        connect_timeout=float(_number(env, "HETOBS_CONNECT_TIMEOUT")),
+        records=int(_number(env, "HETOBS_RECORDS")),
+        hang_timeout=float(_number(env, "HETOBS_HANG_TIMEOUT")),
         watchdog=_choice(env, "HETOBS_WATCHDOG", "1", ("0", "1", "true", "false")) in ("1", "true"),
         abort_on_hang=_choice(env, "HETOBS_ABORT_ON_HANG", "0", ("0", "1", "true", "false")) in ("1", "true"),
         dump_signal=_signal(env, "HETOBS_DUMP_SIGNAL"),
-        small_bytes=int(_number(env, "HETOBS_SMALL_BYTES", "65536", int, 0)),
+        small_bytes=int(_number(env, "HETOBS_SMALL_BYTES")),
         bw_log=_choice(env, "HETOBS_BW_LOG", "off", ("off", "verbose", "agg")),
-        bw_log_interval=float(_number(env, "HETOBS_BW_LOG_INTERVAL", "15", float, 0.1)),
+        bw_log_interval=float(_number(env, "HETOBS_BW_LOG_INTERVAL")),
         bw_log_file=env.get("HETOBS_BW_LOG_FILE", ""),
         debug=_choice(env, "HETOBS_DEBUG", "WARN", ("error", "warn", "info", "debug")).upper(),
-        otel_sample=min(1.0, float(_number(env, "HETOBS_OTEL_SAMPLE", "0.01", float, 0.0))),
+        otel_sample=min(1.0, float(_number(env, "HETOBS_OTEL_SAMPLE"))),
         torch_native=_choice(env, "HETOBS_TORCH_NATIVE", "1", ("0", "1", "true", "false")) in ("1", "true"),
         relay_chunk_bytes=int(_number(env, "HETOBS_RELAY_CHUNK_BYTES", "4194304", int, 1)),
         relay_slots=int(_number(env, "HETOBS_RELAY_SLOTS", "16", int, 1)),

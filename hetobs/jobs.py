@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["JobNotFound", "RankFile", "OnDemandResult", "job_path", "read_ranks", "request_dump"]
+__all__ = ["JobNotFound", "RankFile", "OnDemandResult", "JobSummary", "job_path", "read_ranks", "request_dump",
+           "list_jobs", "rank_state"]
 
 
 class JobNotFound(FileNotFoundError):
@@ -74,6 +75,90 @@ def read_ranks(job_dir: str) -> dict[int, RankFile]:
     if not out:
         raise JobNotFound(f"{job_dir}: no rank metadata (ranks/rank-<r>.json)")
     return out
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """One job directory under HETOBS_DIR, as `hetobs jobs` lists it."""
+
+    job: str
+    path: str
+    start_time_ns: int | None  # the earliest rank's start
+    hosts: list[str]
+    ranks: int  # rank files found
+    world_size: int | None
+    state: str  # running | exited | dead | unknown (see rank_state)
+    rank_states: dict[int, str]
+    incidents: int
+    problems: dict[int, str] = field(default_factory=dict)  # rank -> why its file is unusable
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def rank_state(data: dict[str, Any], host: str, proc: str = "/proc") -> str:
+    """'exited' (marked exited_cleanly), 'running' or 'stopped' (its process is there), 'dead'
+    (gone without a clean exit), or 'unknown' (another host: its process cannot be looked at)."""
+    from .stats import process_state
+
+    if data.get("exited_cleanly") is True:
+        return "exited"
+    pid = _int(data.get("pid"))
+    if data.get("host") != host or pid is None or pid <= 0:
+        return "unknown"
+    state = process_state(pid, _int(data.get("process_start_time")) or 0, proc)
+    return {"alive": "running", "stopped": "stopped", "dead": "dead", "reused": "dead"}.get(state, "unknown")
+
+
+def _job_state(states: list[str]) -> str:
+    if any(s in ("running", "stopped") for s in states):
+        return "running"
+    if states and all(s == "exited" for s in states):
+        return "exited"
+    if "dead" in states:
+        return "dead"
+    return "unknown"
+
+
+def list_jobs(root: str, *, proc: str = "/proc") -> list[JobSummary]:
+    """Every job directory under `root` that holds rank metadata, newest first.
+
+    Everything here is read from files other processes wrote: unreadable rank files are
+    counted in `problems`, never raised; a directory without rank files is not a job.
+    """
+    import socket
+
+    host = socket.gethostname()
+    try:
+        names = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return []
+    jobs = []
+    for name in names:
+        path = os.path.join(root, name)
+        if not os.path.isdir(os.path.join(path, "ranks")):
+            continue
+        try:
+            ranks = read_ranks(path)
+        except JobNotFound:
+            continue
+        good = {r: rf.data for r, rf in ranks.items() if rf.data is not None}
+        states = {r: rank_state(d, host, proc) for r, d in good.items()}
+        starts = [t for d in good.values() if (t := _int(d.get("start_time_ns"))) is not None]
+        worlds = {w for d in good.values() if (w := _int(d.get("world_size"))) is not None}
+        try:
+            incidents = len(os.listdir(os.path.join(path, "incidents")))
+        except OSError:
+            incidents = 0
+        jobs.append(JobSummary(
+            job=name, path=path, start_time_ns=min(starts) if starts else None,
+            hosts=sorted({str(d.get("host")) for d in good.values() if d.get("host")}), ranks=len(ranks),
+            world_size=max(worlds) if worlds else None, state=_job_state(list(states.values())),
+            rank_states=dict(sorted(states.items())), incidents=incidents,
+            problems={r: rf.problem or "unreadable" for r, rf in ranks.items() if rf.data is None}))
+    jobs.sort(key=lambda j: j.start_time_ns or 0, reverse=True)
+    return jobs
 
 
 def request_dump(job_dir: str, *, secret: str | None = None, timeout: float = 10.0,

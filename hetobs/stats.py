@@ -8,9 +8,9 @@ A segment whose process is gone, or whose pid now belongs to another process
 
 from __future__ import annotations
 
-import glob
 import mmap
 import os
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -150,16 +150,24 @@ def process_state(pid: int, start_ticks: int, proc: str = "/proc") -> str:
     return "stopped" if rest[0] in ("T", "t") else "alive"
 
 
+def segment_name(job: str) -> str:
+    """The segment name prefix of `job` (Segment::pathFor in csrc/src/stats/segment.cc), before the rank."""
+    return "hetobs-stats-" + "".join(c if (c.isascii() and c.isalnum()) or c in "-_." else "_" for c in job)[:100]
+
+
 def segment_paths(job: str, shm_dir: str = "/dev/shm") -> list[str]:
-    """Every rank's segment of `job` on this node, sorted by rank."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in job)[:100]
-    paths = glob.glob(os.path.join(shm_dir, f"hetobs-stats-{glob.escape(safe)}-r*"))
+    """Every rank's segment of `job` on this node, sorted by rank.
 
-    def rank_of(p: str) -> int:
-        tail = p.rsplit("-r", 1)[-1]
-        return int(tail) if tail.isdigit() else 1 << 30
-
-    return sorted(paths, key=rank_of)
+    Names match exactly (prefix, then "-r" and digits only): job "train" never picks up
+    "train-r1"'s segments, whose names start alike.
+    """
+    pattern = re.compile(re.escape(segment_name(job)) + r"-r(\d+)")
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:
+        return []
+    found = [(int(m.group(1)), name) for name in names if (m := pattern.fullmatch(name))]
+    return [os.path.join(shm_dir, name) for _, name in sorted(found)]
 
 
 def _seqlocked(buf: mmap.mmap, offset: int, size: int) -> bytes:

@@ -1257,6 +1257,62 @@ def prog_island_ops(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
     return {"rank": ctx.rank, "phases": sent, "records": records}
 
 
+def prog_job_identity(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
+    """Join (MASTER_ADDR, or a torch TCPStore with args['store']), one all_reduce, report the
+    job id the runtime runs under, then hold at gate release-<rank> so the test sees the job live."""
+    import hetobs
+    from hetobs import _core
+
+    if args.get("store"):
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), ctx.world, ctx.rank == 0,
+                              timeout=timedelta(seconds=30))
+        comm = hetobs.init(store=store)
+    else:
+        comm = ctx.init()
+    x = np.ones(8, np.float32)
+    comm.all_reduce(x)
+    info = _core.runtime_info()
+    job = os.path.basename(info["job_dir"])
+    ctx.event("joined", job=job, segment=info["stats_segment"], sum=float(x[0]))
+    ctx.gate_wait(f"release-{ctx.rank}")
+    comm.close()
+    return {"rank": ctx.rank, "job": job}
+
+
+def prog_inf_timeouts(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
+    """2 ranks, run with HETOBS_HANG_TIMEOUT=inf and HETOBS_TIMEOUT=inf: rank 0 enters an
+    all_reduce (event "entering") that rank 1 joins only once the test opens release-1, after
+    it has seen watchdog ticks pass during rank 0's wait. Then per-op and Work.wait timeouts of inf."""
+    comm = ctx.init()
+    comm.barrier()
+    x = np.ones(1000, np.float32)
+    res: dict[str, Any] = {"rank": comm.rank, "errors": []}
+    if comm.rank == 0:
+        ctx.event("entering")
+    else:
+        ctx.gate_wait("release-1")
+    try:
+        comm.all_reduce(x)
+        comm.all_reduce(x, timeout=float("inf"))
+        w = comm.all_reduce(x, async_op=True, timeout=float("inf"))
+        res["waited"] = w.wait(timeout=float("inf"))
+    except Exception as e:
+        res["errors"].append(exc_info(e))
+    for bad in (float("nan"), -1.0):
+        try:
+            comm.all_reduce(x, timeout=bad)
+            res["errors"].append({"accepted": repr(bad)})
+        except ValueError as e:
+            res.setdefault("refused", []).append(str(e))
+    res["sum"] = float(x[0])
+    comm.close()
+    return res
+
+
 def prog_selftest(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
     """The launcher's own test (no hetobs): events, gates, results, hangs, crashes."""
     ctx.event("started", pid=os.getpid())
@@ -1283,6 +1339,8 @@ PROGRAMS: dict[str, Callable[[Ctx, dict[str, Any]], dict[str, Any]]] = {
     "timeout": prog_timeout,
     "async_timeout": prog_async_timeout,
     "init_only": prog_init_only,
+    "job_identity": prog_job_identity,
+    "inf_timeouts": prog_inf_timeouts,
     "selftest": prog_selftest,
     "island_ops": prog_island_ops,
     "relay": lambda ctx, args: __import__("relay_programs").run(ctx, args),  # tests/relay_programs.py

@@ -86,8 +86,9 @@ def _run_round(comm: Any) -> None:
 
 def prog_workload(args: dict[str, Any]) -> None:
     """Phase 1: `rounds` of WORKLOAD on the world, then report and wait for a command:
-    `loop` (all_reduce forever; reports `looping` after the first), `records` (print the
-    rank's records), `exit`."""
+    `loop` (all_reduce forever; reports `looping` after the first), `one` (one all_reduce,
+    reported as `entering` and `one_done`: a rank not sent it keeps the others waiting),
+    `records` (print the rank's records), `exit`."""
     import hetobs
 
     comm = hetobs.init()
@@ -102,6 +103,10 @@ def prog_workload(args: dict[str, Any]) -> None:
             event("looping")
             while True:
                 comm.all_reduce(x)
+        elif cmd == "one":
+            event("entering")
+            comm.all_reduce(np.ones(1000, np.float32))
+            event("one_done")
         elif cmd == "records":
             event("records", records=hetobs.records())
         else:

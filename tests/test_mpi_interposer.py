@@ -489,10 +489,12 @@ _BAD = [("HETOBS_RECORDS", "many"), ("HETOBS_RECORDS", "0"), ("HETOBS_RECORDS", 
         ("HETOBS_CONNECT_TIMEOUT", "0"), ("HETOBS_TRANSPORT", "udp"), ("HETOBS_WATCHDOG", "yes"),
         ("HETOBS_ABORT_ON_HANG", "2"), ("HETOBS_DUMP_SIGNAL", "SIGFOO"), ("HETOBS_DUMP_SIGNAL", "9"),
         ("HETOBS_DUMP_SIGNAL", " stop "), ("HETOBS_JOB_ID", "a/b"), ("HETOBS_JOB_ID", ".."),
-        ("HETOBS_DEBUG", "loud"), ("HETOBS_SMALL_BYTES", "-1"), ("HETOBS_OTEL_SAMPLE", "x")]
+        ("HETOBS_DEBUG", "loud"), ("HETOBS_SMALL_BYTES", "-1"), ("HETOBS_OTEL_SAMPLE", "x"),
+        ("HETOBS_HANG_TIMEOUT", "nan"), ("HETOBS_TIMEOUT", "-inf"), ("HETOBS_RECORDS", "2000000000")]
 _GOOD = [("HETOBS_RECORDS", " 64 "), ("HETOBS_RECORDS", "1_000"), ("HETOBS_HANG_TIMEOUT", "1e3"),
          ("HETOBS_DUMP_SIGNAL", "usr2"), ("HETOBS_DUMP_SIGNAL", "12"), ("HETOBS_WATCHDOG", " TRUE "),
-         ("HETOBS_DEBUG", "error"), ("HETOBS_OTEL_SAMPLE", "5"), ("HETOBS_TRANSPORT", "TCP")]
+         ("HETOBS_DEBUG", "error"), ("HETOBS_OTEL_SAMPLE", "5"), ("HETOBS_TRANSPORT", "TCP"),
+         ("HETOBS_HANG_TIMEOUT", "inf"), ("HETOBS_TIMEOUT", "inf")]
 
 
 def _singleton(programs: dict[str, Path], lib: str, tmp: Path, var: str, value: str) -> tuple[subprocess.Popen, str]:

@@ -629,3 +629,28 @@ def test_stays_out_when_another_hetobs_runtime_watches_the_process(tmp_path: Pat
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["RESULT", "0", "0", "0", "0"]
     assert out.stderr.count("another hetobs runtime already watches this process") == 1, out.stderr
+
+
+def test_torchrun_static_launch_shares_one_derived_job(tmp_path: Path, fakes: Path, lib: Path,
+                                                       procs: list[Proc]) -> None:
+    """No job id (torchrun's TORCHELASTIC_RUN_ID=none): the interposer has no rendezvous to agree
+    on rank 0's id, so both ranks derive one from MASTER_ADDR:MASTER_PORT — not "none", one job
+    directory for both, and they still find each other's side channel."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    unset = {"HETOBS_JOB_ID": "", "TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+    apps = [Proc([str(fakes / "nccl_app"), str(r), "2", "stall"],
+                 job_env(tmp_path, fakes, lib, "unused", r, 2, HETOBS_HANG_TIMEOUT="300", **unset)) for r in (0, 1)]
+    procs.extend(apps)
+    for app in apps:
+        app.expect("STALLED")
+    (job_dir,) = list((tmp_path / "jobs").iterdir())
+    assert job_dir.name.startswith("launch-") and job_dir.name != "none"
+    wait_for(lambda: all(len([p for p in rank_file(tmp_path, job_dir.name, r)["peers"] if p["port"]]) == 2
+                         for r in (0, 1)), what="both ranks to know both side channels")
+    for app in apps:
+        app.proceed()
+        assert app.finish() == 0

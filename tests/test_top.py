@@ -90,3 +90,33 @@ def test_top_without_segments_is_no_data(tmp_path: Path) -> None:
                         "--dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 3 and r.stdout == ""
     assert "no stats segment of job nosuchjob-top" in r.stderr
+
+
+def test_top_names_the_rank_the_stuck_ones_wait_on(tmp_path: Path) -> None:
+    """Rank 1 sits in Python (reading its stdin) while ranks 0 and 2 enter an all_reduce: they
+    are stuck waiting on rank 1, and rank 1 — idle, so healthy by its own numbers — is the
+    one holding the job up: state "blocking", waited on by 0 and 2 (in --json and the table)."""
+    world = 3
+    with RankJob("workload", world, {"rounds": 1}, workdir=tmp_path, env={"HETOBS_HANG_TIMEOUT": "1"}) as job:
+        job.wait_all("phase1")
+        job.send("one", ranks=[0, 2])
+        for r in (0, 2):
+            job.wait_event(r, "entering")
+        end = time.monotonic() + 30
+        while True:  # the hang timeout (1 s) must pass before the waiters read stuck
+            doc = _doc(job)
+            states = [r["state"] for r in doc["ranks"]]
+            if states == ["stuck", "blocking", "stuck"] or time.monotonic() > end:
+                break
+        ranks = doc["ranks"]
+        assert states == ["stuck", "blocking", "stuck"], ranks
+        assert 1 in ranks[0]["waiting_on"] and 1 in ranks[2]["waiting_on"], ranks
+        assert ranks[1]["waiting_on"] == [] and ranks[1]["waited_on_by"] == [0, 2], ranks
+        assert ranks[1]["current"] == [] and ranks[1]["process"] == "alive"
+        human = _top(job, "--once")
+        assert human.returncode == 0 and "blocking" in human.stdout and "waits on" in human.stdout, human.stderr
+        job.send("one", ranks=[1])
+        job.wait_all("one_done")
+        doc = _doc(job)
+        assert [r["state"] for r in doc["ranks"]] == ["healthy"] * world
+        assert all(r["waited_on_by"] == [] for r in doc["ranks"])

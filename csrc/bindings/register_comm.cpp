@@ -9,6 +9,7 @@
 #include "hetobs/comm/endpoint.h"
 #include "hetobs/observe/external_comm.h"
 #include "hetobs/common/clock.h"
+#include "hetobs/common/env_config.h"
 #include "hetobs/common/log.h"
 #include "hetobs/observe/runtime.h"
 #include "hetobs/relay/copy_lane.h"
@@ -266,11 +267,12 @@ void registerComm(py::module_& m) {
                        const std::string& transport, double timeout, double connectTimeout, size_t smallBytes,
                        const std::string& dir, double hangTimeout, bool abortOnHang, int dumpSignal,
                        uint32_t records, bool watchdog, const std::string& bwLog, double bwLogInterval,
-                       const std::string& bwLogFile) {
+                       const std::string& bwLogFile, bool jobIdGenerated) {
              CommConfig cfg;
              cfg.rank = rank;
              cfg.size = size;
              cfg.job_id = job;
+             cfg.job_id_generated = jobIdGenerated;
              cfg.secret = secret;
              cfg.transport = parseTransport(transport);
              cfg.timeout_s = timeout;
@@ -290,7 +292,11 @@ void registerComm(py::module_& m) {
            py::arg("rank"), py::arg("size"), py::arg("job_id"), py::arg("secret"), py::arg("transport"),
            py::arg("timeout"), py::arg("connect_timeout"), py::arg("small_bytes"), py::arg("dir"),
            py::arg("hang_timeout"), py::arg("abort_on_hang"), py::arg("dump_signal"), py::arg("records"), py::arg("watchdog") = true,
-           py::arg("bw_log") = "off", py::arg("bw_log_interval") = 15.0, py::arg("bw_log_file") = "")
+           py::arg("bw_log") = "off", py::arg("bw_log_interval") = 15.0, py::arg("bw_log_file") = "",
+           py::arg("job_id_generated") = false)
+      .def_property_readonly("job_id", &Endpoint::jobId)
+      .def("adopt_job_id", &Endpoint::adoptJobId, py::arg("job_id"), py::call_guard<py::gil_scoped_release>(),
+           "Take the job id rank 0 handed out and start this rank's runtime under it.")
       .def("card", [](const Endpoint& e) { return py::bytes(e.card().encode()); })
       .def_property_readonly("address", [](const Endpoint& e) { return py::make_tuple(e.card().ip, e.card().port); })
       .def("refused_connections", [](Endpoint& e) { return e.listener().refused(); })
@@ -483,6 +489,15 @@ void registerComm(py::module_& m) {
         return rt->dump(req);
       },
       py::arg("reason") = "on_demand", py::arg("cause") = "requested from Python", py::arg("ask_peers") = false);
+  m.def(
+      "number_settings",
+      [] {
+        py::list out;
+        for (const NumberSpec& s : kNumberSettings)
+          out.append(py::make_tuple(s.name, s.dflt, s.minimum, s.integer, s.integer ? py::object(py::int_(s.maximum)) : py::object(py::none())));
+        return out;
+      },
+      "The native parser's numeric settings table: (name, default, minimum, integer, maximum).");
   m.def("set_log_level", [](const std::string& level) {
     static const char* kNames[] = {"ERROR", "WARN", "INFO", "DEBUG"};
     for (int i = 0; i < 4; ++i)

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -140,10 +141,10 @@ void discoverWorld(Process* p, Card me, int64_t myStartWallNs) {
   found[size_t(me.rank)] = 1;
   int missing = p->size - 1;
   const int64_t start = monoNs();
-  const int64_t fastUntil = start + int64_t(p->env.connect_timeout * 1e9);
-  const int64_t giveUp = fastUntil + int64_t(600e9);
+  const int64_t fastUntil = deadlineAfter(start, p->env.connect_timeout);
+  const int64_t giveUp = deadlineAfter(fastUntil, 600);
   // Ranks of one launch start within the connect timeout of each other (give them 5 more minutes).
-  const int64_t notBefore = myStartWallNs - int64_t((p->env.connect_timeout + 300) * 1e9);
+  const int64_t notBefore = myStartWallNs - std::min(secondsToNs(p->env.connect_timeout + 300), myStartWallNs);
   int64_t sleepMs = 100;
   while (missing > 0 && monoNs() < giveUp) {
     bool changed = false;
@@ -297,6 +298,9 @@ Process* startProcess(int hintRank, int hintSize) {
     return nullptr;
   }
   applyLogLevel(p->env);
+  // No id set (torchrun's static rendezvous says TORCHELASTIC_RUN_ID=none): NCCL hands us no
+  // channel to agree on rank 0's, so derive one all ranks of this launch share.
+  if (p->env.job_id_generated && launchJobId(&p->env.job_id)) p->env.job_id_generated = false;
   if (!p->env.watchdog) {
     gDisabled = true;  // HETOBS_WATCHDOG=0: no stats, no dumps, nothing to record into
     delete p;

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "hetobs/common/clock.h"
@@ -59,7 +60,12 @@ void Listener::loop() {
 void Listener::handle(int cfd) {
   std::string from = peerAddressOf(cfd);
   try {
-    Hello h = serverHandshake(cfd, cred_, monoNs() + kHandshakeNs);
+    Credentials cred;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      cred = cred_;
+    }
+    Hello h = serverHandshake(cfd, cred, monoNs() + kHandshakeNs);
     if (h.purpose == Purpose::kProbe) {
       close(cfd);
       return;
@@ -95,6 +101,11 @@ void Listener::handle(int cfd) {
   }
 }
 
+void Listener::setCredentials(Credentials cred) {
+  std::lock_guard<std::mutex> g(mu_);
+  cred_ = std::move(cred);
+}
+
 void Listener::setControlHandler(std::function<std::string(const std::string&)> handler) {
   std::lock_guard<std::mutex> g(mu_);
   control_ = std::move(handler);
@@ -112,7 +123,7 @@ int Listener::take(uint64_t commId, int fromRank, int64_t deadlineNs) {
     }
     int64_t left = deadlineNs - monoNs();
     if (left <= 0) return -1;
-    cv_.wait_for(lk, std::chrono::nanoseconds(left));
+    cv_.wait_for(lk, std::chrono::nanoseconds(std::min<int64_t>(left, 1000000000)));  // left may be 'never'
   }
 }
 

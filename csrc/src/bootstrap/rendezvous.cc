@@ -16,6 +16,7 @@ namespace hetobs {
 namespace {
 
 constexpr size_t kMaxCard = 4096;
+constexpr size_t kMaxJobId = 256;
 constexpr int64_t kPerClientNs = 2000000000LL;
 const std::string kErrorPrefix = "hetobs-rendezvous-error:";
 constexpr int64_t kTableGraceNs = 3000000000LL;
@@ -45,8 +46,8 @@ std::vector<std::string> unpackTable(const std::string& blob, int size) {
   return out;
 }
 
-std::vector<std::string> host(int size, const SockAddr& master, const Credentials& cred, const std::string& myCard,
-                              int64_t deadlineNs) {
+std::vector<std::string> host(int size, const SockAddr& master, const Credentials& cred, const std::string& jobId,
+                              const std::string& myCard, int64_t deadlineNs) {
   SockAddr bound;
   int lfd = listenTcp("0.0.0.0", master.port, &bound, 1024);
   std::vector<std::string> cards(static_cast<size_t>(size));
@@ -89,6 +90,7 @@ std::vector<std::string> host(int size, const SockAddr& master, const Credential
         Hello h = serverHandshake(cfd, cred, dl);
         if (h.purpose != Purpose::kRendezvous || h.from_rank <= 0 || h.from_rank >= size)
           throw AuthError(strFormat("bad rendezvous request (rank %d of %d)", h.from_rank, size));
+        writeBlob(cfd, jobId, dl, "rendezvous job id");
         std::string card = readBlob(cfd, kMaxCard, dl, "rendezvous card");
         Card::decode(card);
         int r = h.from_rank;
@@ -125,9 +127,11 @@ std::vector<std::string> host(int size, const SockAddr& master, const Credential
 }  // namespace
 
 std::vector<std::string> rendezvous(int rank, int size, const SockAddr& master, const Credentials& cred,
+                                    const std::string& jobId,
+                                    const std::function<void(const std::string&)>& onJobId,
                                     const std::string& myCard, int64_t deadlineNs) {
   if (size == 1) return {myCard};
-  if (rank == 0) return host(size, master, cred, myCard, deadlineNs);
+  if (rank == 0) return host(size, master, cred, jobId, myCard, deadlineNs);
   std::string fatal;  // rank 0 gave up and said why: do not retry
   for (;;) {
     int fd = connectTcp(master, deadlineNs);
@@ -137,12 +141,20 @@ std::vector<std::string> rendezvous(int rank, int size, const SockAddr& master, 
       h.from_rank = rank;
       h.to_rank = 0;
       clientHandshake(fd, cred, h, deadlineNs);
+      std::string id = readBlob(fd, kMaxJobId, deadlineNs, "rendezvous job id");
+      try {
+        onJobId(id);
+      } catch (const Error& e) {
+        fatal = e.what();
+        throw;
+      }
       writeBlob(fd, myCard, deadlineNs, "rendezvous card");
       // Wait a little past our own deadline: rank 0 started its clock later and, if a rank
       // never arrives, sends the reason (naming that rank) when its own deadline passes.
       std::string table;
       try {
-        table = readBlob(fd, kMaxCard * size_t(size) + 4 * size_t(size), deadlineNs + kTableGraceNs,
+        int64_t until = deadlineNs >= kNeverNs - kTableGraceNs ? kNeverNs : deadlineNs + kTableGraceNs;
+        table = readBlob(fd, kMaxCard * size_t(size) + 4 * size_t(size), until,
                          "rendezvous table");
       } catch (const Error&) {
         fatal = strFormat("rendezvous: rank 0 at %s sent no rank table within the connect timeout; some rank never "

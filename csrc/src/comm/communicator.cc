@@ -261,7 +261,7 @@ void Communicator::execute(const OpArgs& a, int64_t enqueueNs) {
     if (ch) ch->progress().reset();
   statsBegin(rid, d, start);
   opStartNs_ = start;
-  deadlineNs_ = start + int64_t(timeout * 1e9);
+  deadlineNs_ = deadlineAfter(start, timeout);
   try {
     runCollective(*this, a);
   } catch (...) {

@@ -7,6 +7,7 @@
 #include "hetobs/bootstrap/rendezvous.h"
 #include "hetobs/comm/communicator.h"
 #include "hetobs/common/clock.h"
+#include "hetobs/common/env_config.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
 #include "hetobs/common/net.h"
@@ -28,22 +29,15 @@ Endpoint::Endpoint(CommConfig cfg) : cfg_(std::move(cfg)) {
   if (cfg_.job_id.empty()) throw Error("a job id is required (HETOBS_JOB_ID)");
   cred_.job = cfg_.job_id;
   cred_.key = cfg_.secret.empty() ? cfg_.job_id : cfg_.secret;
-  if (cfg_.secret.empty() && cfg_.size > 1) {
+  // Once per job, not once per rank: rank 0 speaks for all (the others would repeat it N times).
+  if (cfg_.secret.empty() && cfg_.size > 1 && cfg_.rank == 0) {
     static std::atomic<bool> warned{false};
     if (!warned.exchange(true))
       HETOBS_WARN("HETOBS_SECRET is not set: connections are checked against the job id but not authenticated");
   }
   setLogPrefix("rank " + std::to_string(cfg_.rank));
-  RuntimeConfig rc = cfg_.observe;
-  rc.job = cfg_.job_id;
-  rc.secret = cfg_.secret;
-  rc.rank = cfg_.rank;
-  rc.world_size = cfg_.size;
-  Runtime* runtime = cfg_.watchdog ? &Runtime::init(rc) : nullptr;
-  if (!runtime) Recorder::instance().configure(cfg_.observe.records);
   listener_ = std::make_unique<Listener>(cred_, "0.0.0.0");
-  if (runtime)
-    listener_->setControlHandler([runtime](const std::string& req) { return runtime->handleControl(req); });
+  if (!cfg_.job_id_generated) startRuntime();
   card_.rank = cfg_.rank;
   card_.pid = int(getpid());
   card_.host_key = localHostKey();
@@ -54,12 +48,56 @@ Endpoint::Endpoint(CommConfig cfg) : cfg_(std::move(cfg)) {
 
 Endpoint::~Endpoint() = default;
 
-int64_t Endpoint::connectDeadline() const { return monoNs() + int64_t(cfg_.connect_timeout_s * 1e9); }
+void Endpoint::startRuntime() {
+  if (started_) return;
+  started_ = true;
+  RuntimeConfig rc = cfg_.observe;
+  rc.job = cfg_.job_id;
+  rc.secret = cfg_.secret;
+  rc.rank = cfg_.rank;
+  rc.world_size = cfg_.size;
+  Runtime* runtime = cfg_.watchdog ? &Runtime::init(rc) : nullptr;
+  if (!runtime) Recorder::instance().configure(cfg_.observe.records);
+  if (runtime)
+    listener_->setControlHandler([runtime](const std::string& req) { return runtime->handleControl(req); });
+}
+
+void Endpoint::adoptJobId(const std::string& id) {
+  if (id == cfg_.job_id) {
+    if (cfg_.rank == 0 && cfg_.job_id_generated && !started_ && cfg_.size > 1)
+      HETOBS_WARN("job id %s (generated: set HETOBS_JOB_ID to name the job); job directory %s/%s; "
+                  "`hetobs jobs` lists the jobs", id.c_str(), cfg_.observe.dir.c_str(), id.c_str());
+    startRuntime();
+    return;
+  }
+  if (!cfg_.job_id_generated || started_)
+    throw Error(strFormat("rank 0 is in job '%s' but this rank is in job '%s' (set the same HETOBS_JOB_ID on "
+                          "every rank, or none)", id.c_str(), cfg_.job_id.c_str()));
+  if (!validJobId(id)) throw Error(strFormat("rank 0 sent an unusable job id (%zu bytes)", id.size()));
+  cfg_.job_id = id;
+  cred_.job = id;
+  cred_.key = cfg_.secret.empty() ? id : cfg_.secret;
+  listener_->setCredentials(cred_);
+  startRuntime();
+}
+
+int64_t Endpoint::connectDeadline() const { return deadlineAfter(monoNs(), cfg_.connect_timeout_s); }
 
 std::shared_ptr<Communicator> Endpoint::rendezvous(const std::string& masterAddr, int masterPort) {
   SockAddr master{masterAddr, masterPort};
   if (cfg_.size > 1) card_.ip = localAddressToward(master);
-  auto cards = hetobs::rendezvous(cfg_.rank, cfg_.size, master, cred_, card_.encode(), connectDeadline());
+  // Before the id is agreed the ranks share no job key: the rendezvous is keyed by the secret,
+  // else by its port (what every rank of this job, and no other job running now, was given).
+  Credentials boot = cred_;
+  if (cfg_.job_id_generated) {
+    boot.job = strFormat("rendezvous:%d", masterPort);
+    boot.key = cfg_.secret.empty() ? "hetobs-rendezvous|" + boot.job : cfg_.secret;
+  }
+  if (cfg_.rank == 0) adoptJobId(cfg_.job_id);
+  auto cards = hetobs::rendezvous(cfg_.rank, cfg_.size, master, boot, cfg_.job_id,
+                                  [this](const std::string& id) { adoptJobId(id); }, card_.encode(),
+                                  connectDeadline());
+  adoptJobId(cfg_.job_id);  // world of one: nobody to agree with
   return connect(cards);
 }
 
@@ -67,6 +105,7 @@ std::shared_ptr<Communicator> Endpoint::connect(const std::vector<std::string>& 
                                                 std::vector<int> worldRanks) {
   if (int(encodedCards.size()) != cfg_.size)
     throw Error(strFormat("got %zu cards for a world of %d ranks", encodedCards.size(), cfg_.size));
+  if (!started_) adoptJobId(cfg_.job_id);  // cards from elsewhere, no id handed out: keep our own
   cards_.clear();
   for (size_t r = 0; r < encodedCards.size(); ++r) {
     Card c = Card::decode(encodedCards[r]);
@@ -86,7 +125,7 @@ std::shared_ptr<Communicator> Endpoint::connect(const std::vector<std::string>& 
 }
 
 void probe(const std::string& host, int port, const std::string& job, const std::string& secret, double timeoutS) {
-  int64_t deadline = monoNs() + int64_t(timeoutS * 1e9);
+  int64_t deadline = deadlineAfter(monoNs(), timeoutS);
   int fd = connectTcp(SockAddr{host, port}, deadline);
   Credentials cred{job, secret.empty() ? job : secret};
   Hello h;

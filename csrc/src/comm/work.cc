@@ -1,6 +1,7 @@
 #include "hetobs/comm/work.h"
 
 #include <chrono>
+#include <cmath>
 
 namespace hetobs {
 
@@ -18,7 +19,7 @@ bool Work::isCompleted() {
 
 bool Work::wait(double timeoutS) {
   std::unique_lock<std::mutex> lk(mu_);
-  if (timeoutS < 0) {
+  if (timeoutS < 0 || !std::isfinite(timeoutS)) {  // inf: no limit (chrono would overflow)
     cv_.wait(lk, [&] { return done_; });
   } else if (!cv_.wait_for(lk, std::chrono::duration<double>(timeoutS), [&] { return done_; })) {
     return false;

@@ -105,18 +105,30 @@ std::string fmtMin(double m, bool integer) {
   return s;
 }
 
-double numberSetting(const char* name, const char* dflt, double minimum) {
-  std::string raw = env(name, dflt);
+const NumberSpec& numberSpec(const char* name) {
+  for (const NumberSpec& s : kNumberSettings)
+    if (strcmp(s.name, name) == 0) return s;
+  throw BadSetting{std::string(name) + ": not in the number settings table"};  // a bug here, not the user's
+}
+
+// inf means "never" (every deadline saturates, see clock.h); NaN compares false with
+// every bound, so it is refused by name rather than slipping past the minimum.
+double numberSetting(const char* name) {
+  const NumberSpec& spec = numberSpec(name);
+  std::string raw = env(name, spec.dflt);
   double v = 0;
   if (!parseFloat(raw, &v)) bad(name, raw, "expected a number");
-  if (v < minimum) bad(name, raw, "must be at least " + fmtMin(minimum, false));
+  if (std::isnan(v)) bad(name, raw, "expected a number, not NaN");
+  if (v < spec.minimum) bad(name, raw, "must be at least " + fmtMin(spec.minimum, false));
   return v;
 }
 
-long long intSetting(const char* name, const char* dflt, long long minimum, long long maximum) {
-  std::string raw = env(name, dflt);
+long long intSetting(const char* name) {
+  const NumberSpec& spec = numberSpec(name);
+  std::string raw = env(name, spec.dflt);
   long long v = 0;
   bool overflow = false;
+  const long long minimum = (long long)spec.minimum, maximum = spec.maximum;
   if (!parseInt(raw, &v, &overflow)) bad(name, raw, "expected a number");
   if (!overflow && v < minimum) bad(name, raw, "must be at least " + std::to_string(minimum));
   if (overflow || v > maximum) bad(name, raw, "must be at most " + std::to_string(maximum));
@@ -204,6 +216,17 @@ std::string tempDir() {
 
 }  // namespace
 
+// Mirrors hetobs/config.py NUMBER_SETTINGS (tests/test_timeouts_inf.py compares the two).
+const NumberSpec kNumberSettings[kNumberSettingCount] = {
+    {"HETOBS_TIMEOUT", "600", 0.001, false, 0},
+    {"HETOBS_CONNECT_TIMEOUT", "60", 0.1, false, 0},
+    {"HETOBS_RECORDS", "2048", 1, true, 1ll << 30},
+    {"HETOBS_HANG_TIMEOUT", "300", 0.1, false, 0},
+    {"HETOBS_SMALL_BYTES", "65536", 0, true, 1ll << 62},
+    {"HETOBS_BW_LOG_INTERVAL", "15", 0.1, false, 0},
+    {"HETOBS_OTEL_SAMPLE", "0.01", 0.0, false, 0},
+};
+
 bool validJobId(const std::string& id) {
   return !id.empty() && id.find('/') == std::string::npos && id != "." && id != ".." && id.size() <= 128;
 }
@@ -216,12 +239,26 @@ std::string generateJobId() {
   return s;
 }
 
+bool launchJobId(std::string* id) {
+  const char* addr = getenv("MASTER_ADDR");
+  const char* port = getenv("MASTER_PORT");
+  if (!addr || !*addr || !port || !*port) return false;
+  std::string where = std::string(addr) + ":" + port;
+  Digest d = hmacSha256("hetobs-launch", where.data(), where.size());
+  std::string s = "launch-";
+  for (int i = 0; i < 6; ++i) s += strFormat("%02x", d[size_t(i)]);
+  *id = s;
+  return true;
+}
+
 bool readEnvSettings(EnvSettings* out, std::string* error) {
   try {
     EnvSettings s;
     bool found = false;
     for (const char* name : {"HETOBS_JOB_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
       std::string v = strip(env(name, ""));
+      // torchrun's static rendezvous says "none" for every job: a placeholder, not an id.
+      if (strcmp(name, "TORCHELASTIC_RUN_ID") == 0 && lower(v) == "none") continue;
       if (v.empty()) continue;
       if (!validJobId(v)) bad(name, v, "a job id must be a plain name (no '/', at most 128 chars)");
       s.job_id = v;
@@ -236,20 +273,20 @@ bool readEnvSettings(EnvSettings* out, std::string* error) {
     if (s.dir.empty()) s.dir = tempDir() + "/hetobs-" + std::to_string(getuid());
     s.transport = choiceSetting("HETOBS_TRANSPORT", "auto", {"auto", "shm", "tcp"});
     s.secret = env("HETOBS_SECRET", "");
-    s.timeout = numberSetting("HETOBS_TIMEOUT", "600", 0.001);
-    s.connect_timeout = numberSetting("HETOBS_CONNECT_TIMEOUT", "60", 0.1);
-    s.records = uint32_t(intSetting("HETOBS_RECORDS", "2048", 1, 1ll << 30));
-    s.hang_timeout = numberSetting("HETOBS_HANG_TIMEOUT", "300", 0.1);
+    s.timeout = numberSetting("HETOBS_TIMEOUT");
+    s.connect_timeout = numberSetting("HETOBS_CONNECT_TIMEOUT");
+    s.records = uint32_t(intSetting("HETOBS_RECORDS"));
+    s.hang_timeout = numberSetting("HETOBS_HANG_TIMEOUT");
     s.watchdog = flagSetting("HETOBS_WATCHDOG", "1");
     s.abort_on_hang = flagSetting("HETOBS_ABORT_ON_HANG", "0");
     s.dump_signal = signalSetting("HETOBS_DUMP_SIGNAL");
-    s.small_bytes = uint64_t(intSetting("HETOBS_SMALL_BYTES", "65536", 0, (1ll << 62)));
+    s.small_bytes = uint64_t(intSetting("HETOBS_SMALL_BYTES"));
     std::string dbg = choiceSetting("HETOBS_DEBUG", "WARN", {"error", "warn", "info", "debug"});
     for (char& c : dbg) c = char(std::toupper(static_cast<unsigned char>(c)));
     s.debug = dbg;
-    s.otel_sample = std::min(1.0, numberSetting("HETOBS_OTEL_SAMPLE", "0.01", 0.0));
+    s.otel_sample = std::min(1.0, numberSetting("HETOBS_OTEL_SAMPLE"));
     s.bw_log = choiceSetting("HETOBS_BW_LOG", "off", {"off", "verbose", "agg"});
-    s.bw_log_interval = numberSetting("HETOBS_BW_LOG_INTERVAL", "15", 0.1);
+    s.bw_log_interval = numberSetting("HETOBS_BW_LOG_INTERVAL");
     s.bw_log_file = env("HETOBS_BW_LOG_FILE", "");
     *out = std::move(s);
     return true;

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -39,8 +40,9 @@ int waitFd(int fd, short events, int64_t deadlineNs) {
     int64_t left = deadlineNs - monoNs();
     if (left <= 0) return 0;
     pollfd p{fd, events, 0};
-    int rc = poll(&p, 1, int(left / 1000000 + 1));
-    if (rc < 0 && errno == EINTR) continue;
+    // At most a second per poll (left may be 'never', which no int of ms holds), then re-check.
+    int rc = poll(&p, 1, int(std::min<int64_t>(left / 1000000 + 1, 1000)));
+    if ((rc < 0 && errno == EINTR) || rc == 0) continue;
     return rc;
   }
 }

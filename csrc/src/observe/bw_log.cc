@@ -40,7 +40,7 @@ BwLogMode parseBwLogMode(const std::string& s) {
 }
 
 BwLog::BwLog(BwLogMode mode, double intervalS, const std::string& pathTemplate, int rank, const std::string& host)
-    : mode_(mode), intervalNs_(int64_t(intervalS * 1e9)), rank_(rank) {
+    : mode_(mode), intervalNs_(secondsToNs(intervalS)), rank_(rank) {
   if (mode_ == BwLogMode::kOff) return;
   if (!pathTemplate.empty()) {
     std::string path = expand(pathTemplate, rank, host);

@@ -29,7 +29,7 @@ constexpr size_t kMaxRequest = 16384;
 
 std::string sideChannelRequest(const std::string& ip, int port, const std::string& job, const std::string& secret,
                                const std::string& request, double timeoutS) {
-  int64_t deadline = monoNs() + int64_t(timeoutS * 1e9);
+  int64_t deadline = deadlineAfter(monoNs(), timeoutS);
   int fd = connectTcp(SockAddr{ip, port}, deadline);
   try {
     Credentials cred{job, secret.empty() ? job : secret};

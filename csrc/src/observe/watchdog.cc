@@ -21,7 +21,7 @@ void Runtime::watchdogLoop() {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, nullptr);
-  int64_t tickNs = std::clamp<int64_t>(int64_t(cfg_.hang_timeout_s * 1e9 / 10), 10000000, 500000000);
+  int64_t tickNs = std::clamp<int64_t>(secondsToNs(cfg_.hang_timeout_s) / 10, 10000000, 500000000);
   // The verbose bandwidth log drains the record ring: tick often enough not to lose lines.
   if (bwLog_ && bwLog_->enabled()) tickNs = std::min<int64_t>(tickNs, 100000000);
   for (;;) {
@@ -56,7 +56,7 @@ void Runtime::watchdogLoop() {
 
 void Runtime::checkHangs() {
   const int64_t now = monoNs();
-  const int64_t limit = int64_t(cfg_.hang_timeout_s * 1e9);
+  const int64_t limit = secondsToNs(cfg_.hang_timeout_s);  // inf: never a hang
   for (auto& comm : comms()) {
     Observed::InFlight f;
     if (!comm->inFlight(&f)) continue;

@@ -27,6 +27,9 @@ class Listener {
   // Wait for the authenticated connection from `fromRank` of communicator `commId`.
   int take(uint64_t commId, int fromRank, int64_t deadlineNs);
   uint64_t refused() const { return refused_; }
+  // The key handshakes are checked against from now on (once: when the job id is agreed,
+  // before this rank's card is handed out, so no peer can have dialled with the new key yet).
+  void setCredentials(Credentials cred);
   // Side-channel requests (Purpose::kControl) are answered by this function.
   void setControlHandler(std::function<std::string(const std::string&)> handler);
 
@@ -34,7 +37,7 @@ class Listener {
   void loop();
   void handle(int fd);
 
-  Credentials cred_;
+  Credentials cred_;  // guarded by mu_
   SockAddr addr_;
   int fd_ = -1;
   int wake_[2] = {-1, -1};

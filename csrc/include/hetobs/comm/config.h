@@ -15,6 +15,8 @@ struct CommConfig {
   int rank = 0;
   int size = 1;
   std::string job_id;
+  // job_id was generated on this rank (none was set): rank 0's id replaces it at rendezvous.
+  bool job_id_generated = false;
   std::string secret;  // empty: handshakes keyed by the job id, with a warning
   TransportChoice transport = TransportChoice::kAuto;
   double timeout_s = 600.0;          // per-op default

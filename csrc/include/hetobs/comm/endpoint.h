@@ -20,6 +20,13 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   ~Endpoint();
 
   const CommConfig& config() const { return cfg_; }
+  const std::string& jobId() const { return cfg_.job_id; }
+  // Take the job id the ranks agreed on (rank 0's, from the rendezvous or the store) and
+  // start this rank's runtime (job directory, stats segment, watchdog) under it. Before
+  // this, a rank whose id was generated has no presence in any job. With an id that was
+  // set (HETOBS_JOB_ID, SLURM_JOB_ID, TORCHELASTIC_RUN_ID), a different one is an Error.
+  // Idempotent for the same id.
+  void adoptJobId(const std::string& id);
   const Credentials& credentials() const { return cred_; }
   const Card& card() const { return card_; }
   const std::vector<Card>& cards() const { return cards_; }
@@ -36,7 +43,10 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   int64_t connectDeadline() const;
 
  private:
+  void startRuntime();
+
   CommConfig cfg_;
+  bool started_ = false;  // the runtime runs under cfg_.job_id (adoptJobId or a set id)
   Credentials cred_;
   Card card_;
   std::vector<Card> cards_;

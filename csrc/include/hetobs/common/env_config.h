@@ -31,6 +31,18 @@ struct EnvSettings {
   std::string bw_log_file;
 };
 
+// A numeric setting: how both parsers (this one and hetobs/config.py) read it. Floats
+// take inf ("never", for timeouts) and refuse NaN; integers are bounded by `maximum`.
+struct NumberSpec {
+  const char* name;
+  const char* dflt;
+  double minimum;
+  bool integer;
+  long long maximum;  // integers only
+};
+constexpr int kNumberSettingCount = 7;
+extern const NumberSpec kNumberSettings[kNumberSettingCount];
+
 // Read every setting from the process environment (getenv). Returns false and sets
 // *error (one line, no trailing newline) when a value cannot be used; never throws.
 bool readEnvSettings(EnvSettings* out, std::string* error);
@@ -39,6 +51,10 @@ bool readEnvSettings(EnvSettings* out, std::string* error);
 bool validJobId(const std::string& id);
 // A fresh 12-hex-digit job id (as hetobs.config generates).
 std::string generateJobId();
+// For entry points with no rendezvous to agree on rank 0's id (the NCCL interposer): an id
+// every rank of one launch derives alike from MASTER_ADDR:MASTER_PORT, which two jobs
+// running at once on one machine cannot share. False when either is unset.
+bool launchJobId(std::string* id);
 // Apply HETOBS_DEBUG to the native logger.
 void applyLogLevel(const EnvSettings& s);
 
