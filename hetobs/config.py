@@ -109,6 +109,8 @@ NUMBER_SETTINGS: dict[str, NumberSetting] = {n.name: n for n in (
     NumberSetting("HETOBS_SMALL_BYTES", "65536", 0, integer=True, maximum=1 << 62),
     NumberSetting("HETOBS_BW_LOG_INTERVAL", "15", 0.1),
     NumberSetting("HETOBS_OTEL_SAMPLE", "0.01", 0.0),
+    NumberSetting("HETOBS_RELAY_CHUNK_BYTES", "4194304", 1, integer=True, maximum=1 << 30),
+    NumberSetting("HETOBS_RELAY_SLOTS", "16", 1, integer=True, maximum=1024),
 )}
 
 
@@ -215,6 +217,6 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         debug=_choice(env, "HETOBS_DEBUG", "WARN", ("error", "warn", "info", "debug")).upper(),
         otel_sample=min(1.0, float(_number(env, "HETOBS_OTEL_SAMPLE"))),
         torch_native=_choice(env, "HETOBS_TORCH_NATIVE", "1", ("0", "1", "true", "false")) in ("1", "true"),
-        relay_chunk_bytes=int(_number(env, "HETOBS_RELAY_CHUNK_BYTES", "4194304", int, 1)),
-        relay_slots=int(_number(env, "HETOBS_RELAY_SLOTS", "16", int, 1)),
+        relay_chunk_bytes=int(_number(env, "HETOBS_RELAY_CHUNK_BYTES")),
+        relay_slots=int(_number(env, "HETOBS_RELAY_SLOTS")),
     )

@@ -225,6 +225,10 @@ const NumberSpec kNumberSettings[kNumberSettingCount] = {
     {"HETOBS_SMALL_BYTES", "65536", 0, true, 1ll << 62},
     {"HETOBS_BW_LOG_INTERVAL", "15", 0.1, false, 0},
     {"HETOBS_OTEL_SAMPLE", "0.01", 0.0, false, 0},
+    // Read by Python (hetobs.comm hands them to Communicator.relay); kept here so both
+    // parsers refuse the same values.
+    {"HETOBS_RELAY_CHUNK_BYTES", "4194304", 1, true, 1ll << 30},
+    {"HETOBS_RELAY_SLOTS", "16", 1, true, 1024},
 };
 
 bool validJobId(const std::string& id) {

@@ -40,7 +40,7 @@ struct NumberSpec {
   bool integer;
   long long maximum;  // integers only
 };
-constexpr int kNumberSettingCount = 7;
+constexpr int kNumberSettingCount = 9;
 extern const NumberSpec kNumberSettings[kNumberSettingCount];
 
 // Read every setting from the process environment (getenv). Returns false and sets
