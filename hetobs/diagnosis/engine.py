@@ -26,7 +26,8 @@ from .perf import slow_link_verdicts, straggler_verdicts
 from .progress import walk
 from .ranktable import rank_table
 from .reach import Reach, assess, verdict_for
-from .types import DataProblem, Options, RankState, Report, Status, Verdict, VerdictKind
+from .types import CommKey, DataProblem, Options, RankState, Report, Status, Verdict, VerdictKind
+from .waits import WaitGraph, build_wait_graph
 
 __all__ = ["diagnose", "DEFAULT_HANG_TIMEOUT_S"]
 
@@ -106,6 +107,7 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
                     waited_by.setdefault(x, []).append(r)
     reach = assess(job, options, closed_by, waited_by)
     stuck = find_stuck(job, stall_s)
+    graph = build_wait_graph(job, stuck)
 
     verdicts: list[Verdict] = []
     blamed: set[int] = set()
@@ -135,12 +137,12 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
             add(v)
         else:
             verdicts.append(v)  # no majority: names every side, blames none
-    for v in find_deadlocks(job, stuck):
+    for v in find_deadlocks(graph):
         add(v)
-    for st in stuck:
-        nj = [r for r in st.not_joined if r not in blamed]
-        if nj:
-            add(not_joined_verdict(job, st, nj))
+    for comm, ranks in _chain_ends(graph, blamed):
+        v = not_joined_verdict(job, graph.nodes[comm], ranks)
+        graph.annotate(v, comm)
+        add(v)
 
     for v in p2p_verdicts(job, stall_s, blamed):
         add(v)
@@ -171,7 +173,7 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
     verdicts.extend(straggler_verdicts(job))
     verdicts.extend(slow_link_verdicts(job))
 
-    _place(verdicts, stuck)
+    _place(verdicts, stuck, graph)
     verdicts.sort(key=lambda v: (not v.kind.is_fault, -v.confidence))
     report.verdicts = verdicts
     hung = [st for st in stuck if st.waiting or st.failed]
@@ -227,10 +229,32 @@ def _settle_mismatches(found: list[Verdict], causes: dict[int, Cause]) -> list[V
     return out
 
 
-def _place(verdicts: list[Verdict], stuck: list[Stuck]) -> None:
-    """Give stage-1 verdicts the op their peers were stuck in (comm, seq, op), when known."""
+def _chain_ends(graph: WaitGraph, blamed: set[int]) -> list[tuple[CommKey, list[int]]]:
+    """Ranks that stuck comms wait for and that are held nowhere, each on the comm that ends its longest chain.
+
+    A rank held in another comm's op is a victim (it waits behind someone); it is never blamed.
+    """
+    out: dict[CommKey, list[int]] = {}
+    order = sorted(graph.nodes, key=lambda c: (c not in graph.strict, str(c)))
+    for c in order:
+        for r in graph.nodes[c].not_joined:
+            if r in blamed or graph.is_victim(r) or any(r in rs for rs in out.values()):
+                continue
+            end = graph.end_comm(r, lambda st: st.not_joined) or c
+            out.setdefault(end, []).append(r)
+    return [(c, sorted(out[c])) for c in sorted(out, key=lambda c: order.index(c))]
+
+
+def _place(verdicts: list[Verdict], stuck: list[Stuck], graph: WaitGraph) -> None:
+    """Give stage-1 verdicts the op their peers were stuck in (comm, seq, op), at the end of the longest chain."""
     for v in verdicts:
         if v.comm is not None or v.kind not in (VerdictKind.RANK_DEAD, VerdictKind.RANK_UNRESPONSIVE):
+            continue
+        end = graph.end_comm(v.ranks[0], lambda st: st.no_dump) if v.ranks else None
+        if end is not None:
+            st = graph.nodes[end]
+            v.comm, v.seq, v.op = st.comm, st.seq, st.op
+            graph.annotate(v, end)
             continue
         for st in stuck:
             if any(r in st.no_dump for r in v.ranks) and (st.waiting or st.failed):
