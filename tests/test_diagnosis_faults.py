@@ -8,11 +8,15 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import time
 from pathlib import Path
+from typing import Any, Optional
 
 import pytest
 
+from _launch import shm_entries
 from hetobs.demo.runner import run_demo
+from hetobs.diagnosis import Options, diagnose
 
 ROOT_REASON = None if os.geteuid() == 0 and shutil.which("iptables") else "needs root and iptables"
 
@@ -53,3 +57,57 @@ def test_healthy_runs_are_healthy(run: int, tmp_path: Path) -> None:
     fault = "slow" if run % 2 else "none"  # half with one rank 3x slower, still progressing
     res = run_demo(world=world, fault=fault, culprit=run % world, ops=12, hang_timeout=1.5, workdir=tmp_path)
     assert res.report.status.value == "healthy", [(v.kind.value, v.summary) for v in res.report.verdicts]
+
+
+# --- waits that chain across communicators (issue 10, item 1) -------------------------
+# tests/rank_programs.py::prog_wait_chain: 4 ranks, rank 3 at the end of the chain.
+WAIT_CHAINS = [("split", "sleep", "rank_not_joined"), ("split", "kill", "rank_dead"),
+               ("split", "stop", "rank_unresponsive"), ("chain3", "sleep", "rank_not_joined")]
+
+
+def _complete_incident(job_dir: Path, dumps: int, timeout: float) -> Optional[str]:
+    """The first incident that holds `dumps` rank dumps (they appear by rename: polled)."""
+    end = time.monotonic() + timeout
+    inc = job_dir / "incidents"
+    while time.monotonic() < end:
+        for d in sorted(inc.iterdir()) if inc.is_dir() else ():
+            if len(list(d.glob("rank-*.json"))) >= dumps:
+                return d.name
+        time.sleep(0.1)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape,fault,kind", WAIT_CHAINS)
+def test_wait_chain_across_communicators_blames_only_its_end(launcher: Any, shape: str, fault: str,
+                                                             kind: str) -> None:
+    """split: rank 1 waits for rank 3 on their sub-communicator, ranks 0 and 2 wait in the world's
+    all_reduce; chain3: 0 waits on 1, 1 on 2, 2 on 3 in three groups. Rank 3 sleeps, is killed or
+    is stopped: it alone is blamed, on the communicator it failed to join, and the ranks waiting
+    behind it are in the evidence."""
+    before = shm_entries()
+    job = launcher("wait_chain", 4, {"shape": shape, "fault": fault}, timeout=60.0, deadline=120.0,
+                   env={"HETOBS_HANG_TIMEOUT": "1.5", "HETOBS_DEBUG": "ERROR"})
+    try:
+        ids = {r: job.wait_event(r, "armed", timeout=60.0)["ids"] for r in range(4)}
+        where = ids[3]["sub"] if shape == "split" else ids[3]["groups"][0]  # rank 3's only other comm
+        job_dir = job.hetobs_dir / job.job_id
+        incident = _complete_incident(job_dir, 4 if fault == "sleep" else 3, 45.0)
+        assert incident, f"no complete incident under {job_dir}"
+        report = diagnose(Options(job_dir=job_dir, incident=incident))
+    finally:
+        job.kill()
+        for name in job.shm_leftovers(before):
+            (Path("/dev/shm") / name).unlink(missing_ok=True)
+    faults = [(v.kind.value, v.ranks, v.comm) for v in report.verdicts if v.kind.is_fault]
+    assert faults and faults[0] == (kind, [3], where), faults
+    assert {r for v in report.verdicts if v.kind.is_fault for r in v.ranks} == {3}, faults
+    top = report.verdicts[0]
+    text = "\n".join(top.evidence)
+    if shape == "split":
+        assert "rank(s) 1" in text and f"on comm {where}" in text, top.evidence
+        assert f"on comm {ids[0]['world']} for rank(s) 1, which are held in" in text, top.evidence
+    else:
+        assert "rank(s) 0, 1, 2 wait behind it" in top.summary, top.summary
+    if fault == "sleep":
+        assert "preparing_next_batch" in text, top.evidence

@@ -826,6 +826,8 @@ def test_wait_chain_across_communicators_blames_only_its_end(tmp_path: Path, sub
     assert "preparing_next_batch at train.py:31" in text
     assert "rank(s) 0, 1, 2 wait behind it" in v.summary
     assert rep.exclude_hosts == ["node1"]
+    row = next(x for x in rep.ranks if x.rank == 1)  # shown where it is held, waiting for rank 3
+    assert (row.state, row.comm, row.waiting_on) == ("in_op", 2, [3])
 
 
 def test_wait_chain_of_three_communicators(tmp_path: Path) -> None:

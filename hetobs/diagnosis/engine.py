@@ -187,7 +187,7 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
     else:
         report.status = Status.HEALTHY
     report.exclude_hosts = _exclude_hosts(job, verdicts)
-    report.ranks = rank_table(job, reach, stuck)
+    report.ranks = rank_table(job, reach, list(graph.nodes.values()))  # victims shown where they are held
     if job.incident_time_ns is None and job.source == "hetobs":
         report.data_problems.append(DataProblem(job.incident or "", "no dump carries time_ns"))
 
