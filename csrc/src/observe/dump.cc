@@ -142,7 +142,7 @@ std::string Runtime::dump(const DumpRequest& req) {
     int64_t nowWall = wallNs();
     JsonWriter w;
     w.beginObject();
-    w.field("schema", "hetobs.dump").field("version", "1.0");
+    w.field("schema", "hetobs.dump").field("version", "1.1");
     w.field("job", cfg_.job).field("incident", req.incident).field("rank", cfg_.rank);
     w.field("world_size", cfg_.world_size).field("host", host_).field("pid", int(getpid()));
     w.field("process_start_time", stats_->header()->process_start_ticks);
