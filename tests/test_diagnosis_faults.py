@@ -5,6 +5,7 @@ iptables DROP rule on the ports of one ring connection (root; CI runs as root)."
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -111,3 +112,57 @@ def test_wait_chain_across_communicators_blames_only_its_end(launcher: Any, shap
         assert "rank(s) 0, 1, 2 wait behind it" in top.summary, top.summary
     if fault == "sleep":
         assert "preparing_next_batch" in text, top.evidence
+
+
+# --- the abort notice's fields in the dumps (issue 10, item 3) --------------------------
+
+def _error_dumps(job_dir: Path) -> dict[int, dict[str, Any]]:
+    """rank -> its `reason: error` dump of the job's error incident(s)."""
+    out: dict[int, dict[str, Any]] = {}
+    for f in sorted((job_dir / "incidents").glob("error-*/rank-*.json")):
+        d = json.loads(f.read_text())
+        if d["reason"] == "error":
+            out[d["rank"]] = d
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_killed_peer_is_named_by_the_abort_fields(launcher: Any, leak_check: Any, transport: str) -> None:
+    """SIGKILL rank 1 of 3 mid-loop: every survivor's error dump says, as data, that rank 1 closed
+    its connection (first-hand, or forwarded by the survivor that saw it), and the diagnosis
+    names rank 1 dead and nobody else."""
+    job = launcher("kill_loop", 3, {"n": 65536, "max_seconds": 30.0}, transport=transport, timeout=3.0,
+                   deadline=60.0)
+    job.wait_event(1, "looping", timeout=40)
+    job.kill_rank(1)
+    job.wait(timeout=30)
+    job_dir = job.hetobs_dir / job.job_id
+    dumps = _error_dumps(job_dir)
+    assert sorted(dumps) == [0, 2], sorted(dumps)
+    for r, d in dumps.items():
+        assert d["version"] == "1.1"
+        c = next(c for c in d["comms"] if c["failed"])
+        a = c["abort"]
+        assert (a["kind"], a["suspect"], a["deviating"]) == ("peer_closed", 1, []), a
+        assert a["reporter"] in (0, 2) and (a["received_from"] is None) == (a["reporter"] == r), a
+    report = diagnose(Options(job_dir=job_dir))
+    faults = [(v.kind.value, v.ranks, v.links) for v in report.verdicts if v.kind.is_fault]
+    assert faults == [("rank_dead", [1], [])], faults
+
+
+@pytest.mark.slow
+def test_mismatch_vote_is_in_the_abort_fields(launcher: Any, leak_check: Any) -> None:
+    """Rank 2 of 3 calls all_reduce with one element more: each rank's dump carries the ranks'
+    vote (deviating [2]) as data, and the diagnosis blames rank 2 alone."""
+    job = launcher("mismatch", 3, {"variant": "count"}, timeout=3.0, deadline=60.0)
+    job.wait(timeout=45)
+    job_dir = job.hetobs_dir / job.job_id
+    dumps = _error_dumps(job_dir)
+    assert sorted(dumps) == [0, 1, 2], sorted(dumps)
+    for d in dumps.values():
+        a = next(c for c in d["comms"] if c["failed"])["abort"]
+        assert (a["kind"], a["deviating"]) == ("mismatch", [2]), a
+    report = diagnose(Options(job_dir=job_dir))
+    faults = [(v.kind.value, v.ranks) for v in report.verdicts if v.kind.is_fault]
+    assert faults == [("op_mismatch", [2])], faults

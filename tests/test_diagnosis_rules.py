@@ -901,3 +901,60 @@ def test_chain_into_a_deadlock_stays_a_deadlock(tmp_path: Path) -> None:
     assert "comm 1 -> comm 2 -> comm 1" in v.summary
     assert ("behind it: rank(s) 4 wait in all_reduce seq 2 on comm 3 for rank(s) 0, which are held in all_reduce "
             "seq 4 on comm 1") in "\n".join(v.evidence)
+
+
+# --- blame from the abort notice's fields, not its text (issue 10, item 3) -------------
+
+OPAQUE = "the text of this failure says nothing the diagnosis may read"
+
+
+def _aborted(job: JobSpec, fields: dict[int, dict]) -> None:
+    """Ranks failed in comm 0 with dump-1.1 `abort` fields and a cause text nobody can parse."""
+    job.fail_all({r: OPAQUE for r in fields})
+    for r, f in fields.items():
+        job.dumps[r]["version"] = "1.1"
+        job.comm(r)["abort"] = {"kind": f["kind"], "reporter": f.get("reporter", r), "suspect": f.get("suspect"),
+                                "received_from": f.get("received_from"), "deviating": f.get("deviating", [])}
+
+
+def test_abort_fields_name_the_peer_that_closed(tmp_path: Path) -> None:
+    """Rank 2 died: ranks 1 and 3 saw it close (first-hand), rank 0 heard it from rank 1."""
+    job = JobSpec(4, incident="error-c0-s17")
+    job.drop_dump(2)
+    _aborted(job, {1: {"kind": "peer_closed", "suspect": 2}, 3: {"kind": "peer_closed", "suspect": 2},
+                   0: {"kind": "peer_closed", "reporter": 1, "suspect": 2, "received_from": 1}})
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("rank_dead", [2])]
+    assert "rank(s) 1, 3 saw it close its connection" in "\n".join(rep.verdicts[0].evidence)
+
+
+def test_abort_fields_name_the_broken_link(tmp_path: Path) -> None:
+    job = JobSpec(4, incident="error-c0-s17")
+    _aborted(job, {1: {"kind": "transport", "suspect": 2},
+                   **{r: {"kind": "transport", "reporter": 1, "suspect": 2, "received_from": 1} for r in (0, 2, 3)}})
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks, v.links) for v in faults(rep)] == [("transport_error", [], [(1, 2)])]
+
+
+def test_abort_fields_carry_the_ranks_vote(tmp_path: Path) -> None:
+    """Two of three dumps (1 against 1): the vote the ranks took names rank 0, as data."""
+    job = JobSpec(3, seq=7, incident="error-c0-s7")
+    _aborted(job, {r: {"kind": "mismatch", "suspect": 1 - r, "deviating": [0]} for r in (0, 1)})
+    job.dumps[0]["entries"][-1]["count"] = 8
+    job.dumps[2] = None
+    job.metas[2].update(exited_cleanly=True, exit_time_ns=T0 - 10**8)
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks, v.seq) for v in faults(rep)] == [("op_mismatch", [0], 7)]
+
+
+def test_abort_fields_win_over_the_text(tmp_path: Path) -> None:
+    """The text names rank 3 (as an older core's message could); the fields say rank 2 closed."""
+    job = JobSpec(4, incident="error-c0-s17")
+    job.drop_dump(2)
+    _aborted(job, {1: {"kind": "peer_closed", "suspect": 2}, 3: {"kind": "peer_closed", "suspect": 2},
+                   0: {"kind": "peer_closed", "reporter": 1, "suspect": 2, "received_from": 1}})
+    for r in (0, 1, 3):
+        text = "all_reduce seq 17 on comm 0 failed at rank 1: rank 3 (host node1, pid 1003) closed its connection"
+        job.dumps[r]["cause"] = job.comm(r)["cause"] = text
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("rank_dead", [2])]

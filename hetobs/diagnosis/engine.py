@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import live
-from .causes import Cause, op_and_seq, parse_cause, waited_on
+from .causes import Cause, cause_from_abort, op_and_seq, parse_cause, waited_on
 from .deadlock import find_deadlocks
 from .frloader import load_fr
 from .job import LoadedJob, OptionsError
@@ -80,13 +80,19 @@ def _without_dumps(job: LoadedJob, report: Report) -> Report:
 
 
 def _causes(job: LoadedJob) -> dict[int, Cause]:
+    """Each failed rank's root cause: the native abort fields where the dump has them, else its text."""
     out: dict[int, Cause] = {}
     for r, d in job.dumps.items():
-        texts = [v.cause for v in d.comms.values() if v.failed and v.cause]
-        if d.reason == "error" and d.cause:
-            texts.append(d.cause)
-        for t in texts:
-            c = parse_cause(t)
+        found: list[Optional[Cause]] = []
+        for v in d.comms.values():
+            if v.failed and v.abort is not None:
+                rec = next((x for x in reversed(v.recent) if x.state == "failed"), None)
+                found.append(cause_from_abort(v.abort, v.cause, rec.op if rec else None, rec.seq if rec else None))
+            elif v.failed and v.cause:
+                found.append(parse_cause(v.cause))
+        if d.reason == "error" and d.cause and not any(v.failed and v.abort is not None for v in d.comms.values()):
+            found.append(parse_cause(d.cause))
+        for c in found:
             if c is not None and (r not in out or out[r].kind in ("other", "timeout")):
                 out[r] = c
     return out
@@ -202,11 +208,13 @@ def _settle_mismatches(found: list[Verdict], causes: dict[int, Cause]) -> list[V
     """
     votes: dict[tuple[int, ...], list[int]] = {}
     text: dict[tuple[int, ...], str] = {}
+    first: dict[tuple[int, ...], Cause] = {}
     for r, c in sorted(causes.items()):
-        if c.kind == "mismatch" and c.culprits and "deviating" in c.root_text:
+        if c.kind == "mismatch" and c.culprits and c.voted:
             key = tuple(sorted(c.culprits))
             votes.setdefault(key, []).append(r)
             text.setdefault(key, c.root_text)
+            first.setdefault(key, c)
     if len(votes) != 1:
         return found
     deviants, reporters = next(iter(votes.items()))
@@ -222,7 +230,7 @@ def _settle_mismatches(found: list[Verdict], causes: dict[int, Cause]) -> list[V
             v.evidence.append(quote)
         out.append(v)
     if not found:
-        op, seq = op_and_seq(text[deviants])
+        op, seq = _op_seq(first[deviants])
         out.append(Verdict(VerdictKind.OP_MISMATCH, list(deviants), f"rank{'s' if len(deviants) > 1 else ''} "
                            f"{', '.join(map(str, deviants))} called a different op than the majority"
                            + (f" ({op} seq {seq})" if op else ""), [quote], seq=seq, op=op, confidence=0.7))
@@ -288,6 +296,7 @@ def _timeout_verdicts(job: LoadedJob, causes: dict[int, Cause], blamed: set[int]
     """Last resort: ranks that timeouts (first-hand or forwarded) say were waited on."""
     votes: dict[int, list[int]] = {}
     texts: dict[int, str] = {}
+    first: dict[int, Cause] = {}
     for r, c in sorted(causes.items()):
         if c.kind != "timeout":
             continue
@@ -295,14 +304,20 @@ def _timeout_verdicts(job: LoadedJob, causes: dict[int, Cause], blamed: set[int]
             if x not in blamed and x != c.reporter:
                 votes.setdefault(x, []).append(r)
                 texts.setdefault(x, c.root_text)
+                first.setdefault(x, c)
     out = []
     for x, by in sorted(votes.items()):
-        op, seq = op_and_seq(texts[x])
+        op, seq = _op_seq(first[x])
         out.append(Verdict(VerdictKind.RANK_NOT_JOINED, [x], f"rank {x} was waited on until the op timed out"
                            + (f" ({op} seq {seq})" if op else ""),
                            [f"rank(s) {', '.join(map(str, by))} failed with: {texts[x]}"],
                            seq=seq, op=op, confidence=0.6))
     return out
+
+
+def _op_seq(c: Cause) -> tuple[Optional[str], Optional[int]]:
+    """The failed op: from the records where the cause came with them, else from its text (older dumps)."""
+    return (c.op, c.seq) if c.op is not None else op_and_seq(c.root_text)
 
 
 def _exclude_hosts(job: LoadedJob, verdicts: list[Verdict]) -> list[str]:
