@@ -861,6 +861,7 @@ def test_wait_chain_ending_in_a_dead_or_stopped_rank(tmp_path: Path, state: str,
     rep = run(job.write(tmp_path), proc_root=proc, host_key=None)
     assert [(v.kind.value, v.ranks, v.comm, v.seq) for v in faults(rep)] == [(kind, [3], 2, 4)]
     text = "\n".join(rep.verdicts[0].evidence)
+    assert "rank(s) 1 wait in all_reduce seq 4 on comm 2 (up to 5.0 s)" in text
     assert ("behind it: rank(s) 0, 2 wait in all_reduce seq 17 on comm 0 for rank(s) 1, which are held in "
             "all_reduce seq 4 on comm 2") in text
 
@@ -882,8 +883,11 @@ def test_wait_chain_ending_in_ranks_that_failed_after_a_death(tmp_path: Path) ->
         e = next(e for e in d["entries"] if e["comm_id"] == c and e["collective_seq_id"] == s)
         e["state"], e["error"] = "failed", cause
     rep = run(job.write(tmp_path), proc_root=proc, host_key=None)
-    assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("rank_dead", [3])]
+    assert [(v.kind.value, v.ranks, v.comm) for v in faults(rep)] == [("rank_dead", [3], 2)]
     assert blamed(rep) == {3}
+    text = "\n".join(rep.verdicts[0].evidence)
+    assert "rank(s) 1 failed in all_reduce seq 4 on comm 2" in text
+    assert "rank(s) 0, 2 wait in all_reduce seq 17 on comm 0 for rank(s) 1, which are held in all_reduce seq 4" in text
 
 
 def test_chain_into_a_deadlock_stays_a_deadlock(tmp_path: Path) -> None:

@@ -262,6 +262,7 @@ def _place(verdicts: list[Verdict], stuck: list[Stuck], graph: WaitGraph) -> Non
         if end is not None:
             st = graph.nodes[end]
             v.comm, v.seq, v.op = st.comm, st.seq, st.op
+            v.evidence.extend(graph.waiting_here(end))
             graph.annotate(v, end)
             continue
         for st in stuck:

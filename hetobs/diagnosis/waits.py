@@ -68,6 +68,16 @@ class WaitGraph:
         # max() keeps the first of equals: the lowest comm id breaks ties
         return max(cands, key=lambda c: (len(self.behind(c)), not self.edges.get(c), c in self.strict))
 
+    def waiting_here(self, comm: CommKey) -> list[str]:
+        """Who waits (or failed) in `comm`'s op: the first link of the chain, for verdicts that lack it."""
+        st, ev = self.nodes[comm], []
+        if st.waiting:
+            ev.append(f"rank(s) {few(sorted(st.waiting))} wait in {st.op} seq {st.seq} on comm {comm}"
+                      + (f" (up to {st.waited_s:.1f} s)" if st.waited_s is not None else ""))
+        if st.failed:
+            ev.append(f"rank(s) {few(sorted(st.failed))} failed in {st.op} seq {st.seq} on comm {comm}")
+        return ev
+
     def chain_evidence(self, comm: CommKey, skip: Optional[set[CommKey]] = None) -> list[str]:
         """Lines naming who waits behind `comm`, link by link, back to the start of each chain
         (never through the comms in `skip`)."""
