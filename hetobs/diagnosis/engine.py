@@ -243,22 +243,26 @@ def _chain_ends(graph: WaitGraph, blamed: set[int]) -> list[tuple[CommKey, list[
     A rank held in another comm's op is a victim (it waits behind someone); it is never blamed.
     """
     out: dict[CommKey, list[int]] = {}
+    ends = graph.ends(lambda st: st.not_joined)
+    placed: set[int] = set()
     order = sorted(graph.nodes, key=lambda c: (c not in graph.strict, str(c)))
     for c in order:
         for r in graph.nodes[c].not_joined:
-            if r in blamed or graph.is_victim(r) or any(r in rs for rs in out.values()):
+            if r in blamed or r in placed or graph.is_victim(r):
                 continue
-            end = graph.end_comm(r, lambda st: st.not_joined) or c
-            out.setdefault(end, []).append(r)
-    return [(c, sorted(out[c])) for c in sorted(out, key=lambda c: order.index(c))]
+            placed.add(r)
+            out.setdefault(ends.get(r, c), []).append(r)
+    rank_of = {c: i for i, c in enumerate(order)}
+    return [(c, sorted(out[c])) for c in sorted(out, key=rank_of.__getitem__)]
 
 
 def _place(verdicts: list[Verdict], stuck: list[Stuck], graph: WaitGraph) -> None:
     """Give stage-1 verdicts the op their peers were stuck in (comm, seq, op), at the end of the longest chain."""
+    ends = graph.ends(lambda st: st.no_dump)
     for v in verdicts:
         if v.comm is not None or v.kind not in (VerdictKind.RANK_DEAD, VerdictKind.RANK_UNRESPONSIVE):
             continue
-        end = graph.end_comm(v.ranks[0], lambda st: st.no_dump) if v.ranks else None
+        end = ends.get(v.ranks[0]) if v.ranks else None
         if end is not None:
             st = graph.nodes[end]
             v.comm, v.seq, v.op = st.comm, st.seq, st.op

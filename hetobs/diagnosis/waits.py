@@ -25,6 +25,8 @@ from .types import CommKey, Verdict
 
 __all__ = ["WaitGraph", "build_wait_graph"]
 
+_MAX_NAMED = 8  # ranks whose other absences are listed, per verdict
+
 
 def _key(c: CommKey) -> str:
     return str(c)
@@ -60,13 +62,19 @@ class WaitGraph:
                     todo.append(x)
         return out
 
-    def end_comm(self, rank: int, member_of: Callable[[Stuck], list[int]]) -> Optional[CommKey]:
-        """The comm whose missing `rank` ends the longest chain (`member_of` picks where it is missing)."""
-        cands = sorted((c for c, st in self.nodes.items() if rank in member_of(st) and self.waiters(c)), key=_key)
-        if not cands:
-            return None
-        # max() keeps the first of equals: the lowest comm id breaks ties
-        return max(cands, key=lambda c: (len(self.behind(c)), not self.edges.get(c), c in self.strict))
+    def ends(self, ranks_of: Callable[[Stuck], list[int]]) -> dict[int, CommKey]:
+        """Each rank `ranks_of` lists in a comm others wait in -> the comm whose chain behind it is
+        longest (ties: no further waits, stuck for the stall time, lowest id). One pass: O(ranks)."""
+        where: dict[int, list[CommKey]] = {}
+        score = {}
+        for c in sorted(self.nodes, key=_key):
+            if not self.waiters(c):
+                continue
+            score[c] = (len(self.behind(c)), not self.edges.get(c), c in self.strict)
+            for r in ranks_of(self.nodes[c]):
+                where.setdefault(r, []).append(c)
+        # max() keeps the first of equals: the lowest comm id
+        return {r: max(cs, key=score.__getitem__) for r, cs in where.items()}
 
     def waiting_here(self, comm: CommKey) -> list[str]:
         """Who waits (or failed) in `comm`'s op: the first link of the chain, for verdicts that lack it."""
@@ -103,7 +111,7 @@ class WaitGraph:
         ev = []
         for c in sorted(self.nodes, key=_key):
             st = self.nodes[c]
-            if c != comm and rank in st.not_joined + st.no_dump and self.waiters(c):
+            if c != comm and (rank in st.not_joined or rank in st.no_dump) and self.waiters(c):
                 ev.append(f"rank {rank} is also missing from {st.op} seq {st.seq} on comm {c}, where rank(s) "
                           f"{few(self.waiters(c))} wait")
         return ev
@@ -111,7 +119,7 @@ class WaitGraph:
     def annotate(self, v: Verdict, comm: CommKey) -> None:
         """Add the chain behind `comm` to a verdict that blames the ranks at its end."""
         lines = self.chain_evidence(comm)
-        for r in v.ranks:
+        for r in v.ranks[:_MAX_NAMED]:
             lines.extend(self.also_missing(r, comm))
         v.evidence.extend(lines)
         behind = sorted(self.behind(comm) - set(v.ranks))
