@@ -127,16 +127,30 @@ class WaitGraph:
             v.summary += f"; rank(s) {few(behind, 6)} wait behind {'it' if len(v.ranks) == 1 else 'them'}"
 
 
-def _held_in(job: LoadedJob, rank: int, away_from: CommKey, nodes: dict[CommKey, Stuck]) -> Optional[CommKey]:
+class _Holds:
+    """Per node, as sets: the ranks its op holds (waiting or failed in it) and those that joined it."""
+
+    def __init__(self) -> None:
+        self.held: dict[CommKey, set[int]] = {}
+        self.joined: dict[CommKey, set[int]] = {}
+
+    def of(self, st: Stuck) -> tuple[set[int], set[int]]:
+        if st.comm not in self.held:
+            self.held[st.comm] = set(st.waiting) | set(st.failed)
+            self.joined[st.comm] = set(st.joined)
+        return self.held[st.comm], self.joined[st.comm]
+
+
+def _held_in(job: LoadedJob, rank: int, away_from: CommKey, nodes: dict[CommKey, Stuck],
+             holds: _Holds) -> Optional[CommKey]:
     d = job.dumps.get(rank)
     if d is None:
         return None
     for c, v in sorted(d.comms.items(), key=lambda kv: _key(kv[0])):
         if c == away_from or c not in nodes:
             continue
-        st = nodes[c]
-        if rank in st.waiting or rank in st.failed or (v.in_flight is not None and v.in_flight.rec.seq
-                                                       and rank in st.joined):
+        held, joined = holds.of(nodes[c])
+        if rank in held or (v.in_flight is not None and v.in_flight.rec.seq and rank in joined):
             return c
     return None
 
@@ -159,12 +173,13 @@ def build_wait_graph(job: LoadedJob, stuck: list[Stuck]) -> WaitGraph:
     if any(_wants_more(job, s, nodes) for s in stuck):
         for s in find_stuck(job, 0.0):  # any op in flight holds the ranks in it
             g.nodes.setdefault(s.comm, s)
+    holds = _Holds()
     todo = [s.comm for s in stuck]
     reached = set(todo)
     while todo:  # breadth first from the stuck comms, so every reached comm's ranks are looked at
         x = todo.pop(0)
         for r in g.nodes[x].not_joined:
-            y = _held_in(job, r, x, g.nodes)
+            y = _held_in(job, r, x, g.nodes, holds)
             if y is None:
                 continue
             g.edges.setdefault(x, {}).setdefault(y, []).append(r)
