@@ -171,3 +171,22 @@ def test_mismatch_vote_is_in_the_abort_fields(launcher: Any, leak_check: Any) ->
     report = diagnose(Options(job_dir=job_dir))
     faults = [(v.kind.value, v.ranks) for v in report.verdicts if v.kind.is_fault]
     assert faults == [("op_mismatch", [2])], faults
+
+
+@pytest.mark.slow
+def test_timeout_names_the_awaited_peer_in_the_abort_fields(launcher: Any, leak_check: Any) -> None:
+    """Rank 1 of 2 never calls the op; rank 0 times out after 1 s: its dump says, as data, that it
+    timed out waiting on rank 1, and the diagnosis names rank 1."""
+    job = launcher("timeout", 2, {"per_op": None}, transport="tcp", timeout=1.0, gates=["release-1"], deadline=60.0)
+    job.wait_event(0, "raised", timeout=30)
+    job_dir = job.hetobs_dir / job.job_id
+    incidents = _complete_incidents(job_dir, 2, "error-", 30.0)  # rank 1 dumps at rank 0's request
+    assert incidents, "no error incident with both dumps"
+    report = diagnose(Options(job_dir=job_dir, incident=incidents[0]))
+    dumps = _error_dumps(job_dir)
+    job.gate_open("release-1")
+    job.wait(timeout=30)
+    a = next(c for c in dumps[0]["comms"] if c["failed"])["abort"]
+    assert a == {"kind": "timeout", "reporter": 0, "suspect": 1, "received_from": None, "deviating": []}, a
+    faults = [(v.kind.value, v.ranks) for v in report.verdicts if v.kind.is_fault]
+    assert faults == [("rank_not_joined", [1])], faults
