@@ -1235,7 +1235,8 @@ def prog_wait_chain(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
     [2, 3]; rank 0 waits on rank 1 in the first, rank 1 on rank 2 in the second, rank 2 on rank 3
     in the third. Just before its op rank 3 does `fault`: "sleep" (in Python), "kill" (SIGKILL) or
     "stop" (SIGSTOP). A warm-up op on every comm connects every link first, so a death shows as a
-    closed connection. Event "armed" carries the comm ids, sent after a world barrier.
+    closed connection. Event "armed" carries the comm ids, sent after a world barrier. A rank
+    whose op fails reports "failed" and waits at gate "end" (the test makes it).
     """
     import signal
 
@@ -1266,8 +1267,15 @@ def prog_wait_chain(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
             os.kill(os.getpid(), signal.SIGSTOP)
         else:
             preparing_next_batch(float(args.get("sleep_s", 120)))
-    for c in plan:
-        c.all_reduce(x)
+    try:
+        for c in plan:
+            c.all_reduce(x)
+    except Exception as e:
+        # Stay as the failure left this rank (alive, answering dump requests) until the test
+        # opens gate "end": exiting would cascade into its peers and blur the incident.
+        ctx.event("failed", error=exc_info(e))
+        ctx.gate_wait("end")
+        raise
     return {"rank": r, "ids": ids}
 
 
