@@ -66,7 +66,7 @@ class WaitGraph:
         """Each rank `ranks_of` lists in a comm others wait in -> the comm whose chain behind it is
         longest (ties: no further waits, stuck for the stall time, lowest id). One pass: O(ranks)."""
         where: dict[int, list[CommKey]] = {}
-        score = {}
+        score: dict[CommKey, tuple[int, bool, bool]] = {}
         for c in sorted(self.nodes, key=_key):
             if not self.waiters(c):
                 continue
@@ -78,7 +78,8 @@ class WaitGraph:
 
     def waiting_here(self, comm: CommKey) -> list[str]:
         """Who waits (or failed) in `comm`'s op: the first link of the chain, for verdicts that lack it."""
-        st, ev = self.nodes[comm], []
+        st = self.nodes[comm]
+        ev: list[str] = []
         if st.waiting:
             ev.append(f"rank(s) {few(sorted(st.waiting))} wait in {st.op} seq {st.seq} on comm {comm}"
                       + (f" (up to {st.waited_s:.1f} s)" if st.waited_s is not None else ""))
@@ -108,7 +109,7 @@ class WaitGraph:
 
     def also_missing(self, rank: int, comm: CommKey) -> list[str]:
         """Lines for the other comms that wait for `rank` (it is missing from them too)."""
-        ev = []
+        ev: list[str] = []
         for c in sorted(self.nodes, key=_key):
             st = self.nodes[c]
             if c != comm and (rank in st.not_joined or rank in st.no_dump) and self.waiters(c):
