@@ -1,9 +1,10 @@
 """`diagnose(options) -> Report`: load, then run the stages of DESIGN.md in order.
 
 1. reachability (reach.py), 2. matching by sequence id (matcher.py) with cascades
-attributed to their root (causes.py), 3. the progress walk inside a collective
-everyone joined (progress.py), 4. cycles of waits (deadlock.py) and, advisory, slow
-ranks and links (perf.py). Verdicts that explain the same ranks are merged so each
+attributed to their root (causes.py) and waits across communicators followed to the
+end of their chain (waits.py: only the end is blamed), 3. the progress walk inside a
+collective everyone joined (progress.py), 4. cycles of waits (deadlock.py) and,
+advisory, slow ranks and links (perf.py). Verdicts that explain the same ranks are merged so each
 culprit is named once, by the most specific finding; victims are never blamed.
 
 A library: never prints, never exits. Bad input becomes data problems in the report;
