@@ -1329,6 +1329,63 @@ def prog_selftest(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
         "HETOBS_CONNECT_TIMEOUT", "HETOBS_DIR")}}
 
 
+def preparing_next_batch(seconds: float) -> None:
+    """Stands for a rank busy in Python instead of in its next collective (diagnoses name it)."""
+    time.sleep(seconds)
+
+
+def prog_wait_chain(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
+    """Waits that chain across communicators (issue 10), 4 ranks, culprit rank 3.
+
+    shape "split": sub = split(color=rank % 2); rank 1 waits for rank 3 on their sub-communicator,
+    ranks 0 and 2 go on to a world all_reduce and wait there. shape "chain3": groups [0, 1], [1, 2],
+    [2, 3]; rank 0 waits on rank 1 in the first, rank 1 on rank 2 in the second, rank 2 on rank 3
+    in the third. Just before its op rank 3 does `fault`: "sleep" (in Python), "kill" (SIGKILL) or
+    "stop" (SIGSTOP). A warm-up op on every comm connects every link first, so a death shows as a
+    closed connection. Event "armed" carries the comm ids, sent after a world barrier. A rank
+    whose op fails reports "failed" and waits at gate "end" (the test makes it).
+    """
+    import signal
+
+    comm = ctx.init()
+    r = comm.rank
+    x = np.ones(1024, np.float32)
+    comm.all_reduce(x)
+    if args["shape"] == "split":
+        sub = comm.split(color=r % 2)
+        assert sub is not None
+        sub.all_reduce(x)
+        plan = [comm] if r % 2 == 0 else [sub, comm]
+        ids: dict[str, Any] = {"world": comm.id, "sub": sub.id}
+    else:
+        groups = [comm.new_group(g) for g in ([0, 1], [1, 2], [2, 3])]
+        mine = [g for g in groups if g is not None]
+        for g in mine:
+            g.all_reduce(x)
+        plan = list(reversed(mine))  # first the group shared with the next rank, which it waits on
+        ids = {"groups": [g.id for g in mine]}
+    comm.barrier()
+    ctx.event("armed", ids=ids)
+    if r == int(args.get("culprit", 3)):
+        fault = args["fault"]
+        if fault == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif fault == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+        else:
+            preparing_next_batch(float(args.get("sleep_s", 120)))
+    try:
+        for c in plan:
+            c.all_reduce(x)
+    except Exception as e:
+        # Stay as the failure left this rank (alive, answering dump requests) until the test
+        # opens gate "end": exiting would cascade into its peers and blur the incident.
+        ctx.event("failed", error=exc_info(e))
+        ctx.gate_wait("end")
+        raise
+    return {"rank": r, "ids": ids}
+
+
 PROGRAMS: dict[str, Callable[[Ctx, dict[str, Any]], dict[str, Any]]] = {
     "collectives": prog_collectives,
     "random_mixed": prog_random_mixed,
@@ -1344,6 +1401,7 @@ PROGRAMS: dict[str, Callable[[Ctx, dict[str, Any]], dict[str, Any]]] = {
     "selftest": prog_selftest,
     "island_ops": prog_island_ops,
     "relay": lambda ctx, args: __import__("relay_programs").run(ctx, args),  # tests/relay_programs.py
+    "wait_chain": prog_wait_chain,
 }
 
 

@@ -5,14 +5,19 @@ iptables DROP rule on the ports of one ring connection (root; CI runs as root)."
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
+import time
 from pathlib import Path
+from typing import Any, Optional
 
 import pytest
 
+from _launch import shm_entries
 from hetobs.demo.runner import run_demo
+from hetobs.diagnosis import Options, diagnose
 
 ROOT_REASON = None if os.geteuid() == 0 and shutil.which("iptables") else "needs root and iptables"
 
@@ -53,3 +58,137 @@ def test_healthy_runs_are_healthy(run: int, tmp_path: Path) -> None:
     fault = "slow" if run % 2 else "none"  # half with one rank 3x slower, still progressing
     res = run_demo(world=world, fault=fault, culprit=run % world, ops=12, hang_timeout=1.5, workdir=tmp_path)
     assert res.report.status.value == "healthy", [(v.kind.value, v.summary) for v in res.report.verdicts]
+
+
+# --- waits that chain across communicators (issue 10, item 1) -------------------------
+# tests/rank_programs.py::prog_wait_chain: 4 ranks, rank 3 at the end of the chain.
+WAIT_CHAINS = [("split", "sleep", "rank_not_joined"), ("split", "kill", "rank_dead"),
+               ("split", "stop", "rank_unresponsive"), ("chain3", "sleep", "rank_not_joined"),
+               ("chain3", "kill", "rank_dead")]
+
+
+def _complete_incidents(job_dir: Path, dumps: int, prefix: str, timeout: float) -> list[str]:
+    """Incidents holding `dumps` rank dumps, once one whose name starts with `prefix` does (dumps
+    appear by rename from the rank processes: polled)."""
+    end = time.monotonic() + timeout
+    inc = job_dir / "incidents"
+    while True:
+        done = [d.name for d in sorted(inc.iterdir()) if len(list(d.glob("rank-*.json"))) >= dumps] \
+            if inc.is_dir() else []
+        if any(n.startswith(prefix) for n in done) or time.monotonic() > end:
+            return done
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape,fault,kind", WAIT_CHAINS)
+def test_wait_chain_across_communicators_blames_only_its_end(launcher: Any, shape: str, fault: str,
+                                                             kind: str) -> None:
+    """split: rank 1 waits for rank 3 on their sub-communicator, ranks 0 and 2 wait in the world's
+    all_reduce; chain3: 0 waits on 1, 1 on 2, 2 on 3 in three groups. Rank 3 sleeps, is killed or
+    is stopped: it alone is blamed, on the communicator it failed to join, and the ranks waiting
+    behind it are in the evidence."""
+    before = shm_entries()
+    job = launcher("wait_chain", 4, {"shape": shape, "fault": fault}, timeout=60.0, deadline=120.0,
+                   gates=["end"], env={"HETOBS_HANG_TIMEOUT": "1.5", "HETOBS_DEBUG": "ERROR"})
+    try:
+        ids = {r: job.wait_event(r, "armed", timeout=60.0)["ids"] for r in range(4)}
+        where = ids[3]["sub"] if shape == "split" else ids[3]["groups"][0]  # rank 3's only other comm
+        first = ids[0]["world"] if shape == "split" else ids[0]["groups"][0]  # where the chain starts
+        job_dir = job.hetobs_dir / job.job_id
+        # the chain's first comm's own incident: every link of the chain is visible there (its
+        # ranks see a death themselves only where they are connected to rank 3: split)
+        start = f"{'error' if fault == 'kill' and shape == 'split' else 'hang'}-c{first}-"
+        incidents = _complete_incidents(job_dir, 4 if fault == "sleep" else 3, start, 45.0)
+        assert any(n.startswith(start) for n in incidents), f"no complete {start}* incident: {incidents}"
+        reports = {n: diagnose(Options(job_dir=job_dir, incident=n)) for n in incidents}
+    finally:
+        job.kill()
+        for name in job.shm_leftovers(before):
+            (Path("/dev/shm") / name).unlink(missing_ok=True)
+    for name, rep in reports.items():  # whichever incident one looks at, only rank 3 is blamed
+        faults = [(v.kind.value, v.ranks, v.comm) for v in rep.verdicts if v.kind.is_fault]
+        assert faults and faults[0] == (kind, [3], where), (name, faults)
+        assert {r for v in rep.verdicts if v.kind.is_fault for r in v.ranks} == {3}, (name, faults)
+    top = next(rep for n, rep in reports.items() if n.startswith(start)).verdicts[0]
+    text = "\n".join(top.evidence)
+    if shape == "split":
+        assert "rank(s) 1 " in text and f"on comm {where}" in text, top.evidence
+        assert f"on comm {first} for rank(s) 1, which are held in" in text, top.evidence
+    else:
+        assert "rank(s) 0, 1, 2 wait behind it" in top.summary, top.summary
+    if fault == "sleep":
+        assert "preparing_next_batch" in text, top.evidence
+
+
+# --- the abort notice's fields in the dumps (issue 10, item 3) --------------------------
+
+def _error_dumps(job_dir: Path) -> dict[int, dict[str, Any]]:
+    """rank -> its `reason: error` dump of the job's error incident(s)."""
+    out: dict[int, dict[str, Any]] = {}
+    for f in sorted((job_dir / "incidents").glob("error-*/rank-*.json")):
+        d = json.loads(f.read_text())
+        if d["reason"] == "error":
+            out[d["rank"]] = d
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_killed_peer_is_named_by_the_abort_fields(launcher: Any, leak_check: Any, transport: str) -> None:
+    """SIGKILL rank 1 of 3 mid-loop: every survivor's error dump says, as data, that rank 1 closed
+    its connection (first-hand, or forwarded by the survivor that saw it), and the diagnosis
+    names rank 1 dead and nobody else."""
+    job = launcher("kill_loop", 3, {"n": 65536, "max_seconds": 30.0}, transport=transport, timeout=3.0,
+                   deadline=60.0)
+    job.wait_event(1, "looping", timeout=40)
+    job.kill_rank(1)
+    job.wait(timeout=30)
+    job_dir = job.hetobs_dir / job.job_id
+    dumps = _error_dumps(job_dir)
+    assert sorted(dumps) == [0, 2], sorted(dumps)
+    for r, d in dumps.items():
+        assert d["version"] == "1.1"
+        c = next(c for c in d["comms"] if c["failed"])
+        a = c["abort"]
+        assert (a["kind"], a["suspect"], a["deviating"]) == ("peer_closed", 1, []), a
+        assert a["reporter"] in (0, 2) and (a["received_from"] is None) == (a["reporter"] == r), a
+    report = diagnose(Options(job_dir=job_dir))
+    faults = [(v.kind.value, v.ranks, v.links) for v in report.verdicts if v.kind.is_fault]
+    assert faults == [("rank_dead", [1], [])], faults
+
+
+@pytest.mark.slow
+def test_mismatch_vote_is_in_the_abort_fields(launcher: Any, leak_check: Any) -> None:
+    """Rank 2 of 3 calls all_reduce with one element more: each rank's dump carries the ranks'
+    vote (deviating [2]) as data, and the diagnosis blames rank 2 alone."""
+    job = launcher("mismatch", 3, {"variant": "count"}, timeout=3.0, deadline=60.0)
+    job.wait(timeout=45)
+    job_dir = job.hetobs_dir / job.job_id
+    dumps = _error_dumps(job_dir)
+    assert sorted(dumps) == [0, 1, 2], sorted(dumps)
+    for d in dumps.values():
+        a = next(c for c in d["comms"] if c["failed"])["abort"]
+        assert (a["kind"], a["deviating"]) == ("mismatch", [2]), a
+    report = diagnose(Options(job_dir=job_dir))
+    faults = [(v.kind.value, v.ranks) for v in report.verdicts if v.kind.is_fault]
+    assert faults == [("op_mismatch", [2])], faults
+
+
+@pytest.mark.slow
+def test_timeout_names_the_awaited_peer_in_the_abort_fields(launcher: Any, leak_check: Any) -> None:
+    """Rank 1 of 2 never calls the op; rank 0 times out after 1 s: its dump says, as data, that it
+    timed out waiting on rank 1, and the diagnosis names rank 1."""
+    job = launcher("timeout", 2, {"per_op": None}, transport="tcp", timeout=1.0, gates=["release-1"], deadline=60.0)
+    job.wait_event(0, "raised", timeout=30)
+    job_dir = job.hetobs_dir / job.job_id
+    incidents = _complete_incidents(job_dir, 2, "error-", 30.0)  # rank 1 dumps at rank 0's request
+    assert incidents, "no error incident with both dumps"
+    report = diagnose(Options(job_dir=job_dir, incident=incidents[0]))
+    dumps = _error_dumps(job_dir)
+    job.gate_open("release-1")
+    job.wait(timeout=30)
+    a = next(c for c in dumps[0]["comms"] if c["failed"])["abort"]
+    assert a == {"kind": "timeout", "reporter": 0, "suspect": 1, "received_from": None, "deviating": []}, a
+    faults = [(v.kind.value, v.ranks) for v in report.verdicts if v.kind.is_fault]
+    assert faults == [("rank_not_joined", [1])], faults

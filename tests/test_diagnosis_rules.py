@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -769,3 +770,195 @@ def test_mismatch_without_majority_in_dumps_uses_the_ranks_vote(tmp_path: Path) 
     rep = run(job.write(tmp_path))
     assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("op_mismatch", [0])]
     assert "the ranks' own vote" in rep.verdicts[0].evidence[-1]
+
+
+# --- waits across communicators (issue 10, item 1) ----------------------------------
+
+def _chain_job(world: int, comms: dict[int, list[int]], waits: dict[int, tuple[int, float]],
+               asleep: tuple[int, ...] = (), seq_of: Optional[dict[int, int]] = None, **kw: object) -> JobSpec:
+    """`world` ranks, communicators {id: members}; rank r waits in comm `waits[r][0]` (its op at
+    `seq_of[c]`, default 17 on comm 0 and 4 elsewhere) for `waits[r][1]` s; `asleep` ranks sit in
+    Python (`preparing_next_batch`); every other op completed."""
+    seq_of = {c: (17 if c == 0 else 4) for c in comms} | (seq_of or {})
+    job = JobSpec(world, **kw)  # type: ignore[arg-type]
+    for r in range(world):
+        mine = [c for c, ms in sorted(comms.items()) if r in ms]
+        job.metas[r]["comms"] = [{"comm_id": c, "size": len(comms[c]), "rank": comms[c].index(r),
+                                  "global_ranks": comms[c], "ring": comms[c], "transports": {}} for c in mine]
+        d = job.dumps[r]
+        if d is None:
+            continue
+        d["comms"], d["entries"] = [], []
+        for c in mine:
+            s = seq_of[c]
+            wait = waits.get(r)
+            flight = make_in_flight(s, seconds=wait[1]) if wait is not None and wait[0] == c else None
+            d["comms"].append(make_comm(c, comms[c], r, last_coll_seq=s - 1, in_flight=flight))
+            d["entries"] += [make_entry(q, comm=c, rank=comms[c].index(r), size=len(comms[c]))
+                             for q in range(max(1, s - 3), s)]
+            if flight is not None:
+                d["entries"].append(make_entry(s, comm=c, rank=comms[c].index(r), size=len(comms[c]),
+                                               state="started"))
+        if r in asleep:
+            d["python"] = {"status": "ok", "stacks": stacks("preparing_next_batch", "/app/train.py", 31)}
+    return job
+
+
+SPLIT = {0: [0, 1, 2, 3], 1: [0, 2], 2: [1, 3]}  # comm.split(color=rank % 2) of a 4-rank world
+
+
+@pytest.mark.parametrize("sub_wait_s", [5.0, 1.0])
+def test_wait_chain_across_communicators_blames_only_its_end(tmp_path: Path, sub_wait_s: float) -> None:
+    """Rank 3 sleeps before its op on sub-communicator 2, where rank 1 waits for it; ranks 0 and
+    2 wait in the world's all_reduce for ranks 1 and 3. Only rank 3 is blamed, on comm 2, and
+    the evidence shows rank 1 (and behind it ranks 0, 2) waiting. Rank 1's own wait may look
+    younger than the stall time (its dump was taken a moment earlier): it is still a victim."""
+    job = _chain_job(4, SPLIT, {0: (0, 5.0), 2: (0, 5.0), 1: (2, sub_wait_s)}, asleep=(3,))
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks, v.comm, v.seq) for v in faults(rep)] == [("rank_not_joined", [3], 2, 4)]
+    assert blamed(rep) == {3}
+    v = rep.verdicts[0]
+    text = "\n".join(v.evidence)
+    assert f"rank(s) 1 have waited for {sub_wait_s:.1f} s in all_reduce seq 4 on comm 2" in text
+    assert ("behind it: rank(s) 0, 2 wait in all_reduce seq 17 on comm 0 for rank(s) 1, which are held in "
+            "all_reduce seq 4 on comm 2") in text
+    assert "rank 3 is also missing from all_reduce seq 17 on comm 0, where rank(s) 0, 2 wait" in text
+    assert "preparing_next_batch at train.py:31" in text
+    assert "rank(s) 0, 1, 2 wait behind it" in v.summary
+    assert rep.exclude_hosts == ["node1"]
+    row = next(x for x in rep.ranks if x.rank == 1)  # shown where it is held, waiting for rank 3
+    assert (row.state, row.comm, row.waiting_on) == ("in_op", 2, [3])
+
+
+def test_wait_chain_of_three_communicators(tmp_path: Path) -> None:
+    """Rank 0 waits on rank 1 in comm 1, rank 1 on rank 2 in comm 2, rank 2 on rank 3 in comm 3;
+    rank 3 sleeps. The end of the chain, rank 3 on comm 3, is the one culprit."""
+    comms = {0: [0, 1, 2, 3], 1: [0, 1], 2: [1, 2], 3: [2, 3]}
+    job = _chain_job(4, comms, {0: (1, 6.0), 1: (2, 5.5), 2: (3, 5.0)}, asleep=(3,))
+    for r in range(4):  # the world comm is idle: everyone finished its seq 16
+        job.comm(r, 0)["last_coll_seq"] = 17
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks, v.comm) for v in faults(rep)] == [("rank_not_joined", [3], 3)]
+    text = "\n".join(rep.verdicts[0].evidence)
+    assert "rank(s) 2 have waited for 5.0 s in all_reduce seq 4 on comm 3" in text
+    assert "rank(s) 1 wait in all_reduce seq 4 on comm 2 for rank(s) 2, which are held in all_reduce seq 4 on " \
+           "comm 3" in text
+    assert "rank(s) 0 wait in all_reduce seq 4 on comm 1 for rank(s) 1, which are held in all_reduce seq 4 on " \
+           "comm 2" in text
+    assert "rank(s) 0, 1, 2 wait behind it" in rep.verdicts[0].summary
+
+
+@pytest.mark.parametrize("state,kind", [("gone", "rank_dead"), ("T", "rank_unresponsive")])
+def test_wait_chain_ending_in_a_dead_or_stopped_rank(tmp_path: Path, state: str, kind: str) -> None:
+    """As the split case, but rank 3 was SIGKILLed (pid gone) or SIGSTOPped (state T): it is blamed
+    as such, on the sub-communicator, and rank 1 waiting behind it in comm 2 is not."""
+    procs = {1000 + r: ("S", 5000 + r) for r in range(3)}
+    if state == "T":
+        procs[1003] = ("T", 5003)
+    proc = fake_proc(tmp_path / "proc", procs)
+    job = _chain_job(4, SPLIT, {0: (0, 5.0), 2: (0, 5.0), 1: (2, 5.0)}, host_key=local_key(proc))
+    job.drop_dump(3)
+    rep = run(job.write(tmp_path), proc_root=proc, host_key=None)
+    assert [(v.kind.value, v.ranks, v.comm, v.seq) for v in faults(rep)] == [(kind, [3], 2, 4)]
+    text = "\n".join(rep.verdicts[0].evidence)
+    assert "rank(s) 1 wait in all_reduce seq 4 on comm 2 (up to 5.0 s)" in text
+    assert ("behind it: rank(s) 0, 2 wait in all_reduce seq 17 on comm 0 for rank(s) 1, which are held in "
+            "all_reduce seq 4 on comm 2") in text
+
+
+def test_wait_chain_ending_in_ranks_that_failed_after_a_death(tmp_path: Path) -> None:
+    """Rank 3 died; rank 1 failed in comm 2 (its peer closed), ranks 0 and 2 failed in the world op.
+    Rank 1, failed in comm 2 and so absent from comm 0, is a victim, not a culprit."""
+    proc = fake_proc(tmp_path / "proc", {1000 + r: ("S", 5000 + r) for r in range(3)})
+    job = _chain_job(4, SPLIT, {0: (0, 0.1), 2: (0, 0.1), 1: (2, 0.1)}, host_key=local_key(proc),
+                     incident="error-c0-s17")
+    job.drop_dump(3)
+    closed = "{op} on comm {c} failed at rank {r}: rank 3 (host node1, pid 1003) closed its connection"
+    for r, c, s in ((0, 0, 17), (2, 0, 17), (1, 2, 4)):
+        d = job.dumps[r]
+        cause = closed.format(op=f"all_reduce seq {s}", c=c, r=r)
+        d["reason"], d["cause"] = "error", cause
+        cv = job.comm(r, c)
+        cv["failed"], cv["cause"], cv["in_flight"] = True, cause, None
+        e = next(e for e in d["entries"] if e["comm_id"] == c and e["collective_seq_id"] == s)
+        e["state"], e["error"] = "failed", cause
+    rep = run(job.write(tmp_path), proc_root=proc, host_key=None)
+    assert [(v.kind.value, v.ranks, v.comm) for v in faults(rep)] == [("rank_dead", [3], 2)]
+    assert blamed(rep) == {3}
+    text = "\n".join(rep.verdicts[0].evidence)
+    assert "rank(s) 1 failed in all_reduce seq 4 on comm 2" in text
+    assert "rank(s) 0, 2 wait in all_reduce seq 17 on comm 0 for rank(s) 1, which are held in all_reduce seq 4" in text
+
+
+def test_chain_into_a_deadlock_stays_a_deadlock(tmp_path: Path) -> None:
+    """Comms 1 and 2 wait on each other (ranks 0, 1 in comm 1 need 2, 3, who wait in comm 2 for
+    0, 1); rank 4 waits in comm 3 for rank 0, held in that cycle. One deadlock verdict, with rank
+    4 in its evidence as waiting behind it; no rank is blamed on its own."""
+    comms = {0: [0, 1, 2, 3, 4], 1: [0, 1, 2, 3], 2: [0, 1, 2, 3], 3: [4, 0]}
+    job = _chain_job(5, comms, {0: (1, 6.0), 1: (1, 6.0), 2: (2, 6.0), 3: (2, 6.0), 4: (3, 6.0)},
+                     seq_of={3: 2})
+    for r in range(5):  # the world comm is idle
+        job.comm(r, 0)["last_coll_seq"] = 17
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("deadlock", [0, 1, 2, 3])]
+    v = rep.verdicts[0]
+    assert "comm 1 -> comm 2 -> comm 1" in v.summary
+    assert ("behind it: rank(s) 4 wait in all_reduce seq 2 on comm 3 for rank(s) 0, which are held in all_reduce "
+            "seq 4 on comm 1") in "\n".join(v.evidence)
+
+
+# --- blame from the abort notice's fields, not its text (issue 10, item 3) -------------
+
+OPAQUE = "the text of this failure says nothing the diagnosis may read"
+
+
+def _aborted(job: JobSpec, fields: dict[int, dict]) -> None:
+    """Ranks failed in comm 0 with dump-1.1 `abort` fields and a cause text nobody can parse."""
+    job.fail_all({r: OPAQUE for r in fields})
+    for r, f in fields.items():
+        job.dumps[r]["version"] = "1.1"
+        job.comm(r)["abort"] = {"kind": f["kind"], "reporter": f.get("reporter", r), "suspect": f.get("suspect"),
+                                "received_from": f.get("received_from"), "deviating": f.get("deviating", [])}
+
+
+def test_abort_fields_name_the_peer_that_closed(tmp_path: Path) -> None:
+    """Rank 2 died: ranks 1 and 3 saw it close (first-hand), rank 0 heard it from rank 1."""
+    job = JobSpec(4, incident="error-c0-s17")
+    job.drop_dump(2)
+    _aborted(job, {1: {"kind": "peer_closed", "suspect": 2}, 3: {"kind": "peer_closed", "suspect": 2},
+                   0: {"kind": "peer_closed", "reporter": 1, "suspect": 2, "received_from": 1}})
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("rank_dead", [2])]
+    assert "rank(s) 1, 3 saw it close its connection" in "\n".join(rep.verdicts[0].evidence)
+
+
+def test_abort_fields_name_the_broken_link(tmp_path: Path) -> None:
+    job = JobSpec(4, incident="error-c0-s17")
+    _aborted(job, {1: {"kind": "transport", "suspect": 2},
+                   **{r: {"kind": "transport", "reporter": 1, "suspect": 2, "received_from": 1} for r in (0, 2, 3)}})
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks, v.links) for v in faults(rep)] == [("transport_error", [], [(1, 2)])]
+
+
+def test_abort_fields_carry_the_ranks_vote(tmp_path: Path) -> None:
+    """Two of three dumps (1 against 1): the vote the ranks took names rank 0, as data."""
+    job = JobSpec(3, seq=7, incident="error-c0-s7")
+    _aborted(job, {r: {"kind": "mismatch", "suspect": 1 - r, "deviating": [0]} for r in (0, 1)})
+    job.dumps[0]["entries"][-1]["count"] = 8
+    job.dumps[2] = None
+    job.metas[2].update(exited_cleanly=True, exit_time_ns=T0 - 10**8)
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks, v.seq) for v in faults(rep)] == [("op_mismatch", [0], 7)]
+
+
+def test_abort_fields_win_over_the_text(tmp_path: Path) -> None:
+    """The text names rank 3 (as an older core's message could); the fields say rank 2 closed."""
+    job = JobSpec(4, incident="error-c0-s17")
+    job.drop_dump(2)
+    _aborted(job, {1: {"kind": "peer_closed", "suspect": 2}, 3: {"kind": "peer_closed", "suspect": 2},
+                   0: {"kind": "peer_closed", "reporter": 1, "suspect": 2, "received_from": 1}})
+    for r in (0, 1, 3):
+        text = "all_reduce seq 17 on comm 0 failed at rank 1: rank 3 (host node1, pid 1003) closed its connection"
+        job.dumps[r]["cause"] = job.comm(r)["cause"] = text
+    rep = run(job.write(tmp_path))
+    assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("rank_dead", [2])]

@@ -2,12 +2,16 @@
 
 When one rank fails, its peers fail too: "rank 2 (host h, pid 7) closed its connection",
 or "aborted by rank 1 (...): <root cause>" (the native core forwards the root cause
-unchanged, so chains never grow). Each failed rank's cause text is parsed into a
-`Cause`: what kind of failure the text describes at its root and which rank(s) it
-names as culprits. The messenger of an abort notice is never a culprit.
+unchanged, so chains never grow). Each failure becomes a `Cause`: what kind of failure
+it is at its root and which rank(s) it names as culprits. The messenger of an abort
+notice is never a culprit.
 
-The patterns follow the native core's messages (csrc/src/comm/progress.cc,
-transport/*/channel.cc); unknown text becomes kind "other" with no culprit.
+Dumps of schema 1.1 carry the native abort notice as data (`comms[].abort`: kind,
+reporter, suspect, received_from, the vote's deviants): `cause_from_abort` reads it,
+and the text is only quoted. Older dumps (tests/data, other writers) have only the
+text: `parse_cause` reads it with patterns that follow the native core's messages
+(csrc/src/comm/progress.cc, transport/*/channel.cc); unknown text becomes kind
+"other" with no culprit.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["Cause", "parse_cause", "waited_on", "op_and_seq"]
+from .summary import AbortInfo
+
+__all__ = ["Cause", "parse_cause", "cause_from_abort", "waited_on", "op_and_seq"]
 
 _CONTEXT = re.compile(r"^.*? on comm \d+ failed at rank \d+: ")
 _ABORTED = re.compile(r"aborted by rank (\d+)(?: \([^)]*\))?: ")
@@ -48,6 +54,26 @@ class Cause:
     messengers: list[int] = field(default_factory=list)  # ranks that only forwarded the news
     root_text: str = ""
     reporter: Optional[int] = None  # the rank that originally failed, when the text says
+    voted: bool = False  # culprits are the deviants of the ranks' own majority vote
+    op: Optional[str] = None  # the failed op, when known from the records
+    seq: Optional[int] = None
+
+
+_KINDS = {"peer_closed", "transport", "mismatch", "timeout", "other"}
+
+
+def cause_from_abort(a: AbortInfo, text: Optional[str], op: Optional[str] = None,
+                     seq: Optional[int] = None) -> Cause:
+    """The native abort notice as a dump writes it: no text is read."""
+    kind = a.kind if a.kind in _KINDS else "other"
+    messengers = [a.received_from] if a.received_from is not None else []
+    culprits = [a.suspect] if a.suspect is not None and a.suspect != a.reporter else []
+    voted = False
+    if kind == "mismatch":  # only the vote names deviants; the suspect is one rank's view
+        culprits, voted = list(a.deviating), bool(a.deviating)
+    elif kind == "other" and messengers and a.reporter is not None:
+        culprits = [a.reporter]  # a peer failed for its own reason and told us
+    return Cause(kind, culprits, messengers, text or "", a.reporter, voted, op, seq)
 
 
 def waited_on(text: Optional[str]) -> list[int]:
@@ -81,7 +107,7 @@ def parse_cause(text: Optional[str]) -> Optional[Cause]:
     cause = Cause("other", [], messengers, rest, reporter)
     m = _DEVIATING.search(rest)
     if m:
-        cause.kind, cause.culprits = "mismatch", _ints(m.group(1))
+        cause.kind, cause.culprits, cause.voted = "mismatch", _ints(m.group(1)), True
         return cause
     if _NO_MAJORITY.search(rest):
         cause.kind = "mismatch_no_majority"

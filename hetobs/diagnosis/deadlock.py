@@ -3,39 +3,30 @@
 Comm X is stuck waiting for ranks that never joined it; if those ranks are
 themselves stuck in comm Y, X waits on Y. When the waits form a cycle (X waits on Y
 while Y waits on X, or longer), nobody can move: a deadlock, typically two groups
-calling collectives on two communicators in opposite orders. The graph has one node
-per stuck communicator, so it stays tiny at any world size.
+calling collectives on two communicators in opposite orders. The edges come from the
+wait-for graph (waits.py); a chain that merely ends somewhere is no deadlock: its end
+is the culprit, named by the engine.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from .job import LoadedJob
-from .matcher import Stuck, few
+from .matcher import few
 from .types import CommKey, Verdict, VerdictKind
+from .waits import WaitGraph
 
 __all__ = ["find_deadlocks"]
 
 
-def find_deadlocks(job: LoadedJob, stuck: list[Stuck]) -> list[Verdict]:
-    by_comm = {s.comm: s for s in stuck}
-    # edges[X][Y] = ranks that comm X waits for and that are stuck in comm Y
-    edges: dict[CommKey, dict[CommKey, list[int]]] = {}
-    for s in stuck:
-        for r in s.not_joined:
-            d = job.dumps.get(r)
-            if d is None:
-                continue
-            for c, v in d.comms.items():
-                if c != s.comm and c in by_comm and v.in_flight is not None and r in by_comm[c].waiting + \
-                        by_comm[c].joined:
-                    edges.setdefault(s.comm, {}).setdefault(c, []).append(r)
+def find_deadlocks(graph: WaitGraph) -> list[Verdict]:
+    """Cycles of the wait-for graph that hold a comm stuck for the stall time."""
+    edges = graph.edges
     out: list[Verdict] = []
     seen: set[frozenset[CommKey]] = set()
     for start in sorted(edges, key=str):
         cycle = _cycle_from(start, edges)
-        if cycle is None or frozenset(cycle) in seen:
+        if cycle is None or frozenset(cycle) in seen or not graph.strict.intersection(cycle):
             continue
         seen.add(frozenset(cycle))
         ranks: set[int] = set()
@@ -44,12 +35,14 @@ def find_deadlocks(job: LoadedJob, stuck: list[Stuck]) -> list[Verdict]:
             y = cycle[(i + 1) % len(cycle)]
             rs = sorted(edges[x][y])
             ranks.update(rs)
-            sx, sy = by_comm[x], by_comm[y]
+            sx, sy = graph.nodes[x], graph.nodes[y]
             ev.append(f"comm {x} ({sx.op} seq {sx.seq}) waits for rank(s) {few(rs)}, which are stuck in comm {y} "
                       f"({sy.op} seq {sy.seq})")
+        for c in cycle:  # comms that wait into the cycle from outside
+            ev.extend(e for e in graph.chain_evidence(c, skip=set(cycle)) if e not in ev)
         summary = "deadlock: " + " -> ".join(f"comm {c}" for c in cycle + [cycle[0]]) + \
                   f" wait on each other (ranks {few(sorted(ranks), 6)})"
-        first = by_comm[cycle[0]]
+        first = graph.nodes[cycle[0]]
         out.append(Verdict(VerdictKind.DEADLOCK, sorted(ranks), summary, ev, comm=first.comm, seq=first.seq,
                            op=first.op, confidence=0.9))
     return out

@@ -1,9 +1,10 @@
 """`diagnose(options) -> Report`: load, then run the stages of DESIGN.md in order.
 
 1. reachability (reach.py), 2. matching by sequence id (matcher.py) with cascades
-attributed to their root (causes.py), 3. the progress walk inside a collective
-everyone joined (progress.py), 4. cycles of waits (deadlock.py) and, advisory, slow
-ranks and links (perf.py). Verdicts that explain the same ranks are merged so each
+attributed to their root (causes.py) and waits across communicators followed to the
+end of their chain (waits.py: only the end is blamed), 3. the progress walk inside a
+collective everyone joined (progress.py), 4. cycles of waits (deadlock.py) and,
+advisory, slow ranks and links (perf.py). Verdicts that explain the same ranks are merged so each
 culprit is named once, by the most specific finding; victims are never blamed.
 
 A library: never prints, never exits. Bad input becomes data problems in the report;
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import live
-from .causes import Cause, op_and_seq, parse_cause, waited_on
+from .causes import Cause, cause_from_abort, op_and_seq, parse_cause, waited_on
 from .deadlock import find_deadlocks
 from .frloader import load_fr
 from .job import LoadedJob, OptionsError
@@ -26,7 +27,8 @@ from .perf import slow_link_verdicts, straggler_verdicts
 from .progress import walk
 from .ranktable import rank_table
 from .reach import Reach, assess, verdict_for
-from .types import DataProblem, Options, RankState, Report, Status, Verdict, VerdictKind
+from .types import CommKey, DataProblem, Options, RankState, Report, Status, Verdict, VerdictKind
+from .waits import WaitGraph, build_wait_graph
 
 __all__ = ["diagnose", "DEFAULT_HANG_TIMEOUT_S"]
 
@@ -79,13 +81,19 @@ def _without_dumps(job: LoadedJob, report: Report) -> Report:
 
 
 def _causes(job: LoadedJob) -> dict[int, Cause]:
+    """Each failed rank's root cause: the native abort fields where the dump has them, else its text."""
     out: dict[int, Cause] = {}
     for r, d in job.dumps.items():
-        texts = [v.cause for v in d.comms.values() if v.failed and v.cause]
-        if d.reason == "error" and d.cause:
-            texts.append(d.cause)
-        for t in texts:
-            c = parse_cause(t)
+        found: list[Optional[Cause]] = []
+        for v in d.comms.values():
+            if v.failed and v.abort is not None:
+                rec = next((x for x in reversed(v.recent) if x.state == "failed"), None)
+                found.append(cause_from_abort(v.abort, v.cause, rec.op if rec else None, rec.seq if rec else None))
+            elif v.failed and v.cause:
+                found.append(parse_cause(v.cause))
+        if d.reason == "error" and d.cause and not any(v.failed and v.abort is not None for v in d.comms.values()):
+            found.append(parse_cause(d.cause))
+        for c in found:
             if c is not None and (r not in out or out[r].kind in ("other", "timeout")):
                 out[r] = c
     return out
@@ -106,6 +114,7 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
                     waited_by.setdefault(x, []).append(r)
     reach = assess(job, options, closed_by, waited_by)
     stuck = find_stuck(job, stall_s)
+    graph = build_wait_graph(job, stuck)
 
     verdicts: list[Verdict] = []
     blamed: set[int] = set()
@@ -135,12 +144,12 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
             add(v)
         else:
             verdicts.append(v)  # no majority: names every side, blames none
-    for v in find_deadlocks(job, stuck):
+    for v in find_deadlocks(graph):
         add(v)
-    for st in stuck:
-        nj = [r for r in st.not_joined if r not in blamed]
-        if nj:
-            add(not_joined_verdict(job, st, nj))
+    for comm, ranks in _chain_ends(graph, blamed):
+        v = not_joined_verdict(job, graph.nodes[comm], ranks)
+        graph.annotate(v, comm)
+        add(v)
 
     for v in p2p_verdicts(job, stall_s, blamed):
         add(v)
@@ -171,7 +180,7 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
     verdicts.extend(straggler_verdicts(job))
     verdicts.extend(slow_link_verdicts(job))
 
-    _place(verdicts, stuck)
+    _place(verdicts, stuck, graph)
     verdicts.sort(key=lambda v: (not v.kind.is_fault, -v.confidence))
     report.verdicts = verdicts
     hung = [st for st in stuck if st.waiting or st.failed]
@@ -185,7 +194,7 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
     else:
         report.status = Status.HEALTHY
     report.exclude_hosts = _exclude_hosts(job, verdicts)
-    report.ranks = rank_table(job, reach, stuck)
+    report.ranks = rank_table(job, reach, list(graph.nodes.values()))  # victims shown where they are held
     if job.incident_time_ns is None and job.source == "hetobs":
         report.data_problems.append(DataProblem(job.incident or "", "no dump carries time_ns"))
 
@@ -200,11 +209,13 @@ def _settle_mismatches(found: list[Verdict], causes: dict[int, Cause]) -> list[V
     """
     votes: dict[tuple[int, ...], list[int]] = {}
     text: dict[tuple[int, ...], str] = {}
+    first: dict[tuple[int, ...], Cause] = {}
     for r, c in sorted(causes.items()):
-        if c.kind == "mismatch" and c.culprits and "deviating" in c.root_text:
+        if c.kind == "mismatch" and c.culprits and c.voted:
             key = tuple(sorted(c.culprits))
             votes.setdefault(key, []).append(r)
             text.setdefault(key, c.root_text)
+            first.setdefault(key, c)
     if len(votes) != 1:
         return found
     deviants, reporters = next(iter(votes.items()))
@@ -220,17 +231,44 @@ def _settle_mismatches(found: list[Verdict], causes: dict[int, Cause]) -> list[V
             v.evidence.append(quote)
         out.append(v)
     if not found:
-        op, seq = op_and_seq(text[deviants])
+        op, seq = _op_seq(first[deviants])
         out.append(Verdict(VerdictKind.OP_MISMATCH, list(deviants), f"rank{'s' if len(deviants) > 1 else ''} "
                            f"{', '.join(map(str, deviants))} called a different op than the majority"
                            + (f" ({op} seq {seq})" if op else ""), [quote], seq=seq, op=op, confidence=0.7))
     return out
 
 
-def _place(verdicts: list[Verdict], stuck: list[Stuck]) -> None:
-    """Give stage-1 verdicts the op their peers were stuck in (comm, seq, op), when known."""
+def _chain_ends(graph: WaitGraph, blamed: set[int]) -> list[tuple[CommKey, list[int]]]:
+    """Ranks that stuck comms wait for and that are held nowhere, each on the comm that ends its longest chain.
+
+    A rank held in another comm's op is a victim (it waits behind someone); it is never blamed.
+    """
+    out: dict[CommKey, list[int]] = {}
+    ends = graph.ends(lambda st: st.not_joined)
+    placed: set[int] = set()
+    order = sorted(graph.nodes, key=lambda c: (c not in graph.strict, str(c)))
+    for c in order:
+        for r in graph.nodes[c].not_joined:
+            if r in blamed or r in placed or graph.is_victim(r):
+                continue
+            placed.add(r)
+            out.setdefault(ends.get(r, c), []).append(r)
+    rank_of = {c: i for i, c in enumerate(order)}
+    return [(c, sorted(out[c])) for c in sorted(out, key=rank_of.__getitem__)]
+
+
+def _place(verdicts: list[Verdict], stuck: list[Stuck], graph: WaitGraph) -> None:
+    """Give stage-1 verdicts the op their peers were stuck in (comm, seq, op), at the end of the longest chain."""
+    ends = graph.ends(lambda st: st.no_dump)
     for v in verdicts:
         if v.comm is not None or v.kind not in (VerdictKind.RANK_DEAD, VerdictKind.RANK_UNRESPONSIVE):
+            continue
+        end = ends.get(v.ranks[0]) if v.ranks else None
+        if end is not None:
+            st = graph.nodes[end]
+            v.comm, v.seq, v.op = st.comm, st.seq, st.op
+            v.evidence.extend(graph.waiting_here(end))
+            graph.annotate(v, end)
             continue
         for st in stuck:
             if any(r in st.no_dump for r in v.ranks) and (st.waiting or st.failed):
@@ -264,6 +302,7 @@ def _timeout_verdicts(job: LoadedJob, causes: dict[int, Cause], blamed: set[int]
     """Last resort: ranks that timeouts (first-hand or forwarded) say were waited on."""
     votes: dict[int, list[int]] = {}
     texts: dict[int, str] = {}
+    first: dict[int, Cause] = {}
     for r, c in sorted(causes.items()):
         if c.kind != "timeout":
             continue
@@ -271,14 +310,20 @@ def _timeout_verdicts(job: LoadedJob, causes: dict[int, Cause], blamed: set[int]
             if x not in blamed and x != c.reporter:
                 votes.setdefault(x, []).append(r)
                 texts.setdefault(x, c.root_text)
+                first.setdefault(x, c)
     out = []
     for x, by in sorted(votes.items()):
-        op, seq = op_and_seq(texts[x])
+        op, seq = _op_seq(first[x])
         out.append(Verdict(VerdictKind.RANK_NOT_JOINED, [x], f"rank {x} was waited on until the op timed out"
                            + (f" ({op} seq {seq})" if op else ""),
                            [f"rank(s) {', '.join(map(str, by))} failed with: {texts[x]}"],
                            seq=seq, op=op, confidence=0.6))
     return out
+
+
+def _op_seq(c: Cause) -> tuple[Optional[str], Optional[int]]:
+    """The failed op: from the records where the cause came with them, else from its text (older dumps)."""
+    return (c.op, c.seq) if c.op is not None else op_and_seq(c.root_text)
 
 
 def _exclude_hosts(job: LoadedJob, verdicts: list[Verdict]) -> list[str]:

@@ -23,14 +23,17 @@ def rank_table(job: LoadedJob, reach: dict[int, Reach], stuck: list[Stuck]) -> l
     awaited: dict[int, list[int]] = {}  # id(stuck) -> the ranks its waiting ranks wait for
     for st in stuck:
         awaited[id(st)] = sorted(set(st.not_joined) | set(st.no_dump))[:8]
+        for r in st.failed:
+            role.setdefault(r, "failed")
+            stuck_of.setdefault(r, st)
+        for r in st.waiting:
+            role.setdefault(r, "in_op")
+            stuck_of.setdefault(r, st)
+    for st in stuck:  # absent from one stuck op but held in another: the row shows where it is held
         for r in st.members:
             stuck_of.setdefault(r, st)
         for r in st.not_joined:
             role.setdefault(r, "not_joined")
-        for r in st.failed:
-            role.setdefault(r, "failed")
-        for r in st.waiting:
-            role.setdefault(r, "in_op")
     rows: list[RankState] = []
     for r in range(ws):
         d = job.dumps.get(r)

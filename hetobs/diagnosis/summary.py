@@ -17,8 +17,8 @@ from .stacks import innermost_frame
 from .types import CommKey
 
 __all__ = [
-    "SchemaError", "OpSig", "Rec", "IslandPhases", "PeerProg", "InFlight", "LinkStat", "CommView", "RankDump",
-    "RankMeta",
+    "SchemaError", "OpSig", "Rec", "IslandPhases", "PeerProg", "InFlight", "LinkStat", "AbortInfo", "CommView",
+    "RankDump", "RankMeta",
     "rec_from_entry", "dump_from_doc", "meta_from_doc", "check_schema", "op_name",
 ]
 
@@ -177,6 +177,23 @@ class LinkStat(NamedTuple):
     busy_ns: Optional[int]
 
 
+class AbortInfo(NamedTuple):
+    """`comms[].abort` (dump 1.1): why the communicator failed, as the native core knew it."""
+
+    kind: str  # peer_closed | transport | mismatch | timeout | other
+    reporter: Optional[int]  # global rank that saw the failure first-hand
+    suspect: Optional[int]  # global rank the failure points at
+    received_from: Optional[int]  # global rank whose abort notice brought the news (None: first-hand)
+    deviating: tuple[int, ...]  # mismatch: the deviants the ranks' majority vote named
+
+
+def _abort(a: Any) -> Optional[AbortInfo]:
+    if not isinstance(a, dict) or not isinstance(a.get("kind"), str):
+        return None
+    return AbortInfo(a["kind"], _int(a.get("reporter")), _int(a.get("suspect")), _int(a.get("received_from")),
+                     _ranks(a.get("deviating")))
+
+
 @dataclass(slots=True)
 class CommView:
     """One rank's view of one communicator at dump time."""
@@ -189,6 +206,7 @@ class CommView:
     last_p2p_seq: Optional[int] = None
     failed: bool = False
     cause: Optional[str] = None
+    abort: Optional[AbortInfo] = None
     in_flight: Optional[InFlight] = None
     links: tuple[LinkStat, ...] = ()
     recent: list[Rec] = field(default_factory=list)  # last few records, oldest first
@@ -341,7 +359,7 @@ def _comm_view(c: dict[str, Any]) -> Optional[CommView]:
         members=members if isinstance(members, tuple) else (_ranks(members) or None),
         ring=ring if isinstance(ring, tuple) else (_ranks(ring) or None),
         last_seq=_int(c.get("last_coll_seq")), last_p2p_seq=_int(c.get("last_p2p_seq")),
-        failed=bool(c.get("failed")), cause=_str(c.get("cause")),
+        failed=bool(c.get("failed")), cause=_str(c.get("cause")), abort=_abort(c.get("abort")),
         in_flight=_in_flight(c.get("in_flight")), links=tuple(links),
     )
     if view.in_flight is not None:

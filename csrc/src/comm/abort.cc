@@ -31,10 +31,22 @@ bool decodeDesc(const std::string& s, OpDesc* d) {
 }
 }  // namespace
 
+const char* abortKindName(AbortKind k) {
+  switch (k) {
+    case AbortKind::kPeer: return "peer_closed";
+    case AbortKind::kMismatch: return "mismatch";
+    case AbortKind::kTimeout: return "timeout";
+    case AbortKind::kTransport: return "transport";
+    case AbortKind::kOther: break;
+  }
+  return "other";
+}
+
+// v2 appends the origin to v1's fields; a v1 notice (an older peer) decodes with origin = reporter.
 std::string AbortNotice::encode() const {
   std::ostringstream o;
-  o << "hetobs-abort-v1" << kSep << int(kind) << kSep << reporter << kSep << encodeDesc(reporter_desc) << kSep
-    << suspect << kSep << encodeDesc(suspect_desc) << kSep << cause;
+  o << "hetobs-abort-v2" << kSep << int(kind) << kSep << reporter << kSep << encodeDesc(reporter_desc) << kSep
+    << suspect << kSep << encodeDesc(suspect_desc) << kSep << origin << kSep << cause;
   return o.str();
 }
 
@@ -42,24 +54,27 @@ AbortNotice AbortNotice::decode(const std::string& body) {
   AbortNotice n;
   std::vector<std::string> parts;
   size_t start = 0;
-  for (int i = 0; i < 6; ++i) {
+  size_t want = body.compare(0, 16, "hetobs-abort-v2" "\x1f") == 0 ? 7 : 6;
+  for (size_t i = 0; i < want; ++i) {
     size_t pos = body.find(kSep, start);
     if (pos == std::string::npos) break;
     parts.push_back(body.substr(start, pos - start));
     start = pos + 1;
   }
-  if (parts.size() != 6 || parts[0] != "hetobs-abort-v1") {
+  if (parts.size() != want || (want == 6 && parts[0] != "hetobs-abort-v1")) {
     n.cause = body;
     return n;
   }
   try {
-    n.kind = AbortKind(std::stoi(parts[1]));
+    int kind = std::stoi(parts[1]);
+    n.kind = kind >= 0 && kind <= int(AbortKind::kTransport) ? AbortKind(kind) : AbortKind::kOther;
     n.reporter = std::stoi(parts[2]);
     if (!decodeDesc(parts[3], &n.reporter_desc)) n.reporter = -1;
     n.suspect = std::stoi(parts[4]);
     if (!decodeDesc(parts[5], &n.suspect_desc)) n.suspect = -1;
+    n.origin = want == 7 ? std::stoi(parts[6]) : n.reporter;
   } catch (const std::exception&) {
-    n.reporter = n.suspect = -1;
+    n.reporter = n.suspect = n.origin = -1;
   }
   n.cause = body.substr(start);
   return n;

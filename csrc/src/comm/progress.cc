@@ -256,8 +256,10 @@ void Communicator::pollAllControl() {
 
 void Communicator::timeoutError(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr) {
   std::string waiting;
+  waitedPeer_ = -1;
   int64_t now = monoNs();
   auto add = [&](int peer, const char* what, size_t got, size_t len) {
+    if (waitedPeer_ < 0) waitedPeer_ = peer;
     auto& ch = channels_[size_t(peer)];
     int64_t last = ch->progress().last_change_ns.load();
     waiting += strFormat("%s%s %s (%zu of %zu bytes; %s)", waiting.empty() ? "" : "; ", what,
@@ -282,6 +284,8 @@ void Communicator::handleFailure(std::exception_ptr ep) {
   AbortNotice n;
   n.reporter = rank_;
   n.reporter_desc = desc_;
+  n.origin = rank_;
+  int from = -1;
   std::string msg;
   try {
     std::rethrow_exception(ep);
@@ -300,16 +304,21 @@ void Communicator::handleFailure(std::exception_ptr ep) {
     if (got.kind == AbortKind::kMismatch && got.reporter >= 0) resolveMismatch(-1, nullptr, &got);
     n.kind = got.kind;
     n.cause = got.cause;  // forward the root cause unchanged, so chains never grow
+    n.origin = got.origin >= 0 ? got.origin : a.peer;
+    n.suspect = got.suspect;
+    from = a.peer;
     msg = strFormat("%s: aborted by %s: %s", opContext().c_str(), channels_[size_t(a.peer)]->peer().describe().c_str(),
                     got.cause.c_str());
   } catch (const TimeoutError& e) {
     n.kind = AbortKind::kTimeout;
+    n.suspect = waitedPeer_;
     n.cause = strFormat("rank %d timed out in %s: %s", rank_, desc_.str().c_str(), e.what());
     msg = strFormat("%s: %s", opContext().c_str(), e.what());
     failWith(n, msg);
     throw TimeoutError(msg);
   } catch (const PeerError& e) {
-    n.kind = AbortKind::kPeer;
+    n.kind = e.closed ? AbortKind::kPeer : AbortKind::kTransport;
+    n.suspect = e.peer;
     n.cause = e.what();
     msg = strFormat("%s: %s", opContext().c_str(), e.what());
   } catch (const std::exception& e) {
@@ -317,12 +326,14 @@ void Communicator::handleFailure(std::exception_ptr ep) {
     n.cause = strFormat("rank %d failed: %s", rank_, e.what());
     msg = strFormat("%s: %s", opContext().c_str(), e.what());
   }
-  failWith(n, msg);
+  failWith(n, msg, from);
   throw PeerError(msg);
 }
 
-void Communicator::failWith(const AbortNotice& n, const std::string& msg) {
+void Communicator::failWith(const AbortNotice& n, const std::string& msg, int from) {
   cause_ = msg;
+  failure_ = n;
+  failureFrom_ = from;
   failed_.store(true);
   abortPeers(n);
   HETOBS_WARN("%s", msg.c_str());
@@ -356,6 +367,10 @@ void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, c
   mine.cause = directTheirs ? strFormat("rank %d saw rank %d run %s while it runs %s", rank_, directPeer,
                                         directTheirs->str().c_str(), desc_.str().c_str())
                             : "op mismatch";
+  mine.origin = notice ? notice->origin : rank_;
+  failure_ = mine;
+  if (notice) failure_.suspect = notice->suspect;
+  failureFrom_ = notice ? notice->reporter : -1;
   failed_.store(true);
   abortPeers(mine);
   for (auto& ch : channels_)
@@ -377,7 +392,7 @@ void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, c
         if (got.reporter >= 0) {
           if ((got.kind == AbortKind::kMismatch || got.reporter == a.peer) && got.reporter_desc.seq == seq)
             firsthand[got.reporter] = got.reporter_desc;
-          if (got.suspect >= 0) secondhand.emplace(got.suspect, got.suspect_desc);
+          if (got.kind == AbortKind::kMismatch && got.suspect >= 0) secondhand.emplace(got.suspect, got.suspect_desc);
         }
         continue;
       } catch (const Error&) {
@@ -418,6 +433,8 @@ void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, c
                         list(groups[g].second).c_str(), groups[g].first.str().c_str());
     }
     std::sort(dev.begin(), dev.end());
+    for (int d : dev) deviating_.push_back(worldRanks()[size_t(d)]);
+    voted_.store(true, std::memory_order_release);
     msg = strFormat("op mismatch on comm %llu: deviating %s %s (%s); ranks %s called %s (this rank: %d)",
                     (unsigned long long)id_, dev.size() > 1 ? "ranks" : "rank", list(dev).c_str(), what.c_str(),
                     list(groups[0].second).c_str(), groups[0].first.str().c_str(), rank_);

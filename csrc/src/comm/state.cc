@@ -64,6 +64,8 @@ void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
   w.field("failed", failed);
   if (failed) w.field("cause", cause_);
   else w.nullField("cause");
+  if (failed) writeFailure(w);
+  else w.nullField("abort");
   InFlight f;
   OpRecord r{};
   if (inFlight(&f) && Recorder::instance().get(f.record_id, &r)) {
@@ -85,6 +87,25 @@ void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
     if (ch)
       writeLinkCounters(w, ch->peer().rank, worldRanks()[size_t(ch->peer().rank)], ch->kind(),
                         const_cast<Channel&>(*ch).counters(), ch->localAddress(), ch->remoteAddress());
+  w.endArray();
+  w.endObject();
+}
+
+// comms[].abort: the failure as data (docs/dump-schema.md), in global ranks.
+void Communicator::writeFailure(JsonWriter& w) const {
+  const auto& world = worldRanks();
+  auto rank = [&](const char* key, int commRank) {
+    if (commRank >= 0 && size_t(commRank) < world.size()) w.field(key, world[size_t(commRank)]);
+    else w.nullField(key);
+  };
+  w.key("abort").beginObject();
+  w.field("kind", abortKindName(failure_.kind));
+  rank("reporter", failure_.origin);
+  rank("suspect", failure_.suspect);
+  rank("received_from", failureFrom_);
+  w.key("deviating").beginArray();
+  if (voted_.load(std::memory_order_acquire))
+    for (int r : deviating_) w.value(r);
   w.endArray();
   w.endObject();
 }

@@ -210,6 +210,7 @@ void ExternalComm::writeState(JsonWriter& w, int64_t nowMono) const {
   if (island_[0]) w.field("island", island_);
   w.field("last_coll_seq", collSeq_.load()).field("last_p2p_seq", p2pSeq_.load());
   w.field("failed", cstats_ && __atomic_load_n(&cstats_->failed, __ATOMIC_RELAXED) != 0).nullField("cause");
+  w.nullField("abort");  // no abort notices outside the native transport
   InFlight f;
   OpRecord r{};
   if (inFlight(&f) && Recorder::instance().get(f.record_id, &r)) {

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "hetobs/comm/abort.h"
 #include "hetobs/comm/config.h"
 #include "hetobs/common/json.h"
 #include "hetobs/stats/layout.h"
@@ -124,7 +125,9 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   [[noreturn]] void resolveMismatch(int directPeer, const OpDesc* directTheirs, const struct AbortNotice* notice);
   void abortPeers(const struct AbortNotice& n);
   // Mark failed with `msg`, tell every peer (notice `n`), log, dump: before the throw.
-  void failWith(const struct AbortNotice& n, const std::string& msg);
+  // `from`: the comm rank whose notice brought the news (-1: seen first-hand).
+  void failWith(const struct AbortNotice& n, const std::string& msg, int from = -1);
+  void writeFailure(JsonWriter& w) const;
   std::string opContext() const;
   void buildChannels();
 
@@ -172,6 +175,13 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
 
   std::atomic<bool> failed_{false};
   std::string cause_;  // set once when failed_ flips; read after
+  // The failure as data for dumps (comms[].abort): set before failed_ flips, read after;
+  // the vote's deviants (global ranks) only once voted_ is set.
+  AbortNotice failure_;
+  int failureFrom_ = -1;
+  std::vector<int> deviating_;
+  std::atomic<bool> voted_{false};
+  int waitedPeer_ = -1;  // a peer the op still waited on when it timed out
   std::atomic<bool> closed_{false};
 
   std::mutex execMu_;

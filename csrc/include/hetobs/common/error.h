@@ -15,6 +15,9 @@ class Error : public std::runtime_error {
 class PeerError : public Error {
  public:
   using Error::Error;
+  PeerError(const std::string& msg, int peer, bool closed) : Error(msg), peer(peer), closed(closed) {}
+  int peer = -1;        // comm rank on the other end of the failed link (-1: not known)
+  bool closed = false;  // it closed the connection (else the link broke: I/O or protocol error)
 };
 // Ranks disagree on the op at one sequence id.
 class MismatchError : public Error {

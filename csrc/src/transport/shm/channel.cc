@@ -39,7 +39,7 @@ ShmChannel::~ShmChannel() {
 }
 
 void ShmChannel::throwClosed(const char* during) {
-  throw PeerError(strFormat("%s closed its connection (%s)", peer_.describe().c_str(), during));
+  throw PeerError(strFormat("%s closed its connection (%s)", peer_.describe().c_str(), during), peer_.rank, true);
 }
 
 void ShmChannel::copyIn(uint64_t pos, const void* src, size_t len) {
@@ -102,7 +102,8 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
     copyOut(tail_, &h, sizeof h);
     if (h.magic != kFrameMagic)
       throw PeerError(strFormat("protocol error in shared memory from %s: bad frame magic 0x%08x",
-                                peer_.describe().c_str(), h.magic));
+                                peer_.describe().c_str(), h.magic),
+                      peer_.rank, false);
     checkFrame(peer_, h.desc(), expect);
     if (h.bytes > item.len - item.offset)
       throw FrameMismatch(peer_.rank, h.desc(), expect,
@@ -151,7 +152,8 @@ bool ShmChannel::pollControl() {
       try {
         readFull(ctl_, &h, sizeof h, monoNs() + 500000000LL, "abort notice");
         if (h.magic != kFrameMagic || FrameKind(h.kind) != FrameKind::kAbort)
-          throw PeerError(strFormat("protocol error on the control link to %s", peer_.describe().c_str()));
+          throw PeerError(strFormat("protocol error on the control link to %s", peer_.describe().c_str()), peer_.rank,
+                          false);
         body.assign(std::min<size_t>(h.bytes, kMaxAbortBody), '\0');
         readFull(ctl_, body.data(), body.size(), monoNs() + 500000000LL, "abort notice");
       } catch (const PeerError&) {

@@ -33,13 +33,14 @@ TcpChannel::~TcpChannel() {
 }
 
 void TcpChannel::throwClosed(const char* during) {
-  throw PeerError(strFormat("%s closed its connection (%s)", peer_.describe().c_str(), during));
+  throw PeerError(strFormat("%s closed its connection (%s)", peer_.describe().c_str(), during), peer_.rank, true);
 }
 
 void TcpChannel::throwIo(const char* what, int err) {
   if (err == EPIPE || err == ECONNRESET) throwClosed(what);
   throw PeerError(strFormat("%s on the link to %s failed: %s", what, peer_.describe().c_str(),
-                            errnoString(err).c_str()));
+                            errnoString(err).c_str()),
+                  peer_.rank, false);
 }
 
 bool TcpChannel::flushAck() {
@@ -144,7 +145,8 @@ bool TcpChannel::readHeader() {
     rhdrOff_ = 0;
     if (rhdr_.magic != kFrameMagic)
       throw PeerError(strFormat("protocol error on the link to %s: bad frame magic 0x%08x", peer_.describe().c_str(),
-                                rhdr_.magic));
+                                rhdr_.magic),
+                      peer_.rank, false);
     switch (FrameKind(rhdr_.kind)) {
       case FrameKind::kAck:
         noteAcked(rhdr_.chunk);
@@ -170,7 +172,8 @@ bool TcpChannel::readHeader() {
         return true;
       default:
         throw PeerError(strFormat("protocol error on the link to %s: unknown frame kind %d", peer_.describe().c_str(),
-                                  int(rhdr_.kind)));
+                                  int(rhdr_.kind)),
+                        peer_.rank, false);
     }
   }
   return true;
