@@ -23,6 +23,7 @@ from .frloader import load_fr
 from .job import LoadedJob, OptionsError
 from .loader import load_job
 from .matcher import Stuck, find_stuck, mismatch_verdicts, not_joined_verdict, p2p_verdicts
+from .islands import annotate as annotate_islands
 from .perf import slow_link_verdicts, straggler_verdicts
 from .progress import walk
 from .ranktable import rank_table
@@ -151,7 +152,8 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
         graph.annotate(v, comm)
         add(v)
 
-    for v in p2p_verdicts(job, stall_s, blamed):
+    held = {r for st in graph.nodes.values() for r in (*st.waiting, *st.failed)}
+    for v in p2p_verdicts(job, stall_s, blamed, held):
         add(v)
 
     # Causes that name a culprit the stages above did not (transport failures between live ranks).
@@ -181,6 +183,7 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
     verdicts.extend(slow_link_verdicts(job))
 
     _place(verdicts, stuck, graph)
+    annotate_islands(verdicts, job)
     verdicts.sort(key=lambda v: (not v.kind.is_fault, -v.confidence))
     report.verdicts = verdicts
     hung = [st for st in stuck if st.waiting or st.failed]

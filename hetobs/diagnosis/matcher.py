@@ -236,8 +236,11 @@ def _mismatch(comm: CommKey, seq: int, groups: dict[OpSig, list[int]]) -> Verdic
                    f"and no op has a majority", ev, comm=comm, seq=seq, op=None, confidence=0.3)
 
 
-def p2p_verdicts(job: LoadedJob, stall_s: float, blamed: set[int]) -> list[Verdict]:
+def p2p_verdicts(job: LoadedJob, stall_s: float, blamed: set[int], held: set[int] = frozenset()) -> list[Verdict]:
     """Point-to-point ops stuck for the stall time whose peer has no matching op in flight.
+
+    A peer that is itself held in a stuck collective elsewhere (`held`: e.g. a relay's
+    peer inside its island's library, waiting on the real culprit) is a victim, not blamed.
 
     p2p ops carry no collective sequence id, so they are matched pairwise: rank A
     waiting in send/recv with peer P is matched when P has a p2p op with A in flight
@@ -260,8 +263,8 @@ def p2p_verdicts(job: LoadedJob, stall_s: float, blamed: set[int]) -> list[Verdi
                 back = pv.in_flight.rec.peer
                 if back is not None and (pm[back] if pm and 0 <= back < len(pm) else back) == r:
                     continue  # matched: both sides are in the exchange
-            if pd is None or peer in blamed:
-                continue  # no dump: stage 1 speaks for it
+            if pd is None or peer in blamed or peer in held:
+                continue  # no dump: stage 1 speaks for it; held elsewhere: the chain goes on there
             waits.setdefault(peer, []).append((r, comm, f.rec.op or "p2p", f.rec.p2p_seq, v.waiting_s))
     out = []
     for peer, ws in sorted(waits.items()):

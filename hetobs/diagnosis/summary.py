@@ -17,7 +17,8 @@ from .stacks import innermost_frame
 from .types import CommKey
 
 __all__ = [
-    "SchemaError", "OpSig", "Rec", "IslandPhases", "PeerProg", "InFlight", "LinkStat", "AbortInfo", "CommView",
+    "SchemaError", "OpSig", "Rec", "IslandPhases", "PeerProg", "RelayPeer", "InFlight", "LinkStat", "AbortInfo",
+    "CommView",
     "RankDump", "RankMeta",
     "rec_from_entry", "dump_from_doc", "meta_from_doc", "check_schema", "op_name",
 ]
@@ -148,12 +149,25 @@ class PeerProg(NamedTuple):
     since_change_s: Optional[float]
 
 
+class RelayPeer(NamedTuple):
+    """How far the chunks of an in-flight relay op got with one peer (dump 1.1 `relay`)."""
+
+    peer: int         # global rank
+    send_chunks: int  # chunks this rank sends the peer...
+    copied_in: int    # ...copied into host staging so far (device->host)
+    sent: int         # ...handed to the wire
+    recv_chunks: int  # chunks this rank receives from the peer...
+    received: int     # ...arrived
+    copied_out: int   # ...copied out of staging (host->device)
+
+
 class InFlight(NamedTuple):
     rec: Rec
     algorithm: Optional[str]
     seconds_in_op: Optional[float]
     peers: tuple[PeerProg, ...]
     phase: Optional[str] = None  # a hierarchical op's current phase (vendor, relay, ...), dump 1.1
+    relay: tuple[RelayPeer, ...] = ()  # a relay op's chunks per peer and stage, dump 1.1
 
     def peer(self, global_peer: int) -> Optional[PeerProg]:
         for p in self.peers:
@@ -211,6 +225,9 @@ class CommView:
     links: tuple[LinkStat, ...] = ()
     recent: list[Rec] = field(default_factory=list)  # last few records, oldest first
     waiting_s: Optional[float] = None  # how long its in-flight op has not moved (None: unknown)
+    backend: Optional[str] = None  # native, gloo, nccl, mpi, islands
+    name: Optional[str] = None     # e.g. "gloo:island:a" for an island's library
+    island: Optional[str] = None   # this rank's island, on a hierarchical (islands) communicator
 
     def position(self) -> Optional[int]:
         """Highest collective seq this rank has called on the communicator."""
@@ -275,6 +292,7 @@ class RankMeta:
     stats_segment: Optional[str] = None
     rings: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
     members: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
+    island: Optional[str] = None  # from its hierarchical communicator, if it ran in one
 
 
 def rec_from_entry(e: dict[str, Any]) -> Rec:
@@ -337,7 +355,25 @@ def _in_flight(f: Any) -> Optional[InFlight]:
     if rec.started_ns is None:
         rec = rec._replace(started_ns=_int(f.get("time_created_ns")) or None)
     peers = tuple(pp for pp in (_peer_prog(p) for p in f.get("peers") or () if isinstance(p, dict)) if pp)
-    return InFlight(rec, _str(f.get("algorithm")), _num(f.get("seconds_in_op")), peers, _str(f.get("phase")))
+    return InFlight(rec, _str(f.get("algorithm")), _num(f.get("seconds_in_op")), peers, _str(f.get("phase")),
+                    _relay(f.get("relay")))
+
+
+def _relay(r: Any) -> tuple[RelayPeer, ...]:
+    if not isinstance(r, dict):
+        return ()
+    out = []
+    for p in r.get("peers") or ():
+        if not isinstance(p, dict):
+            continue
+        peer = _int(p.get("global_peer"))
+        send, recv = p.get("send"), p.get("recv")
+        if peer is None or not isinstance(send, dict) or not isinstance(recv, dict):
+            continue
+        counts = [_int(d.get(k)) for d, k in ((send, "chunks"), (send, "copied_in"), (send, "sent"),
+                                               (recv, "chunks"), (recv, "received"), (recv, "copied_out"))]
+        out.append(RelayPeer(peer, *(c if c is not None and c >= 0 else 0 for c in counts)))
+    return tuple(out)
 
 
 def _comm_view(c: dict[str, Any]) -> Optional[CommView]:
@@ -361,6 +397,7 @@ def _comm_view(c: dict[str, Any]) -> Optional[CommView]:
         last_seq=_int(c.get("last_coll_seq")), last_p2p_seq=_int(c.get("last_p2p_seq")),
         failed=bool(c.get("failed")), cause=_str(c.get("cause")), abort=_abort(c.get("abort")),
         in_flight=_in_flight(c.get("in_flight")), links=tuple(links),
+        backend=_str(c.get("backend")), name=_str(c.get("name")), island=_str(c.get("island")),
     )
     if view.in_flight is not None:
         view.waiting_s = view.in_flight.stalled_for()
@@ -433,4 +470,5 @@ def meta_from_doc(doc: Any, path: str) -> RankMeta:
                 m.rings[c["comm_id"]] = tuple(ring)
             if isinstance(members, (tuple, list)):
                 m.members[c["comm_id"]] = tuple(members)
+            m.island = m.island or _str(c.get("island"))
     return m

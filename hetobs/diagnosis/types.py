@@ -98,6 +98,7 @@ class Verdict:
     seq: Optional[int] = None
     op: Optional[str] = None
     confidence: float = 0.5
+    islands: dict[int, str] = field(default_factory=dict)  # island of each rank named (island jobs)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +111,7 @@ class Verdict:
             "confidence": round(float(self.confidence), 3),
             "summary": self.summary,
             "evidence": list(self.evidence),
+            "islands": {str(r): i for r, i in sorted(self.islands.items())},
         }
 
 

@@ -193,6 +193,7 @@ void ExternalComm::writeMetadata(JsonWriter& w) const {
   w.beginObject();
   w.field("comm_id", id_).field("size", size()).field("rank", rank_).field("backend", backendName(backend_));
   w.field("name", name_);
+  if (island_[0]) w.field("island", island_);  // so a rank that leaves no dump still has its island
   writeRankList(w, "global_ranks", global_);
   writeRankList(w, "ring", global_);
   w.key("transports").beginObject().endObject();
@@ -205,6 +206,7 @@ void ExternalComm::writeLinks(JsonWriter& w) const { w.beginArray().endArray(); 
 void ExternalComm::writeState(JsonWriter& w, int64_t nowMono) const {
   w.beginObject();
   w.field("comm_id", id_).field("size", size()).field("rank", rank_).field("backend", backendName(backend_));
+  w.field("name", name_);
   writeRankList(w, "global_ranks", global_);
   writeRankList(w, "ring", global_);
   if (island_[0]) w.field("island", island_);

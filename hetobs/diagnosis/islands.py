@@ -1,0 +1,110 @@
+"""Islands in a diagnosis: each rank's island, what its island's library was doing, and
+where relayed data stopped.
+
+A job on "hetobs_islands" runs every op in three places: the island's own library
+(Gloo, NCCL, ...; its communicator named "<backend>:island:<name>"), the host relay
+between islands (native op "relay", with chunk counters per stage), and the hierarchical
+op that holds both. The stages before this one find the culprit; this one says, in its
+terms, which island it is in, which members of that island wait on it inside their
+library (what the vendor wrapper recorded), and for a relay link whether the data
+stopped in a device copy or on the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from .job import LoadedJob
+from .summary import CommView, RelayPeer
+from .types import Verdict
+
+__all__ = ["island_of", "annotate"]
+
+_VENDORS = ("gloo", "nccl", "mpi")
+
+
+def island_of(job: LoadedJob) -> dict[int, str]:
+    """rank -> island, from rank files and dumps (a rank with neither has none here)."""
+    out = {r: m.island for r, m in job.metas.items() if m.island}
+    for r, d in job.dumps.items():
+        for v in d.comms.values():
+            name = v.island or _rec_island(v)
+            if name:
+                out[r] = name
+                break
+    return out
+
+
+def _rec_island(v: CommView) -> Optional[str]:
+    if v.in_flight is not None and v.in_flight.rec.island:
+        return v.in_flight.rec.island
+    return next((x.island for x in reversed(v.recent) if x.island), None)
+
+
+def annotate(verdicts: list[Verdict], job: LoadedJob) -> None:
+    """Name the islands of every verdict's ranks and links; add the island evidence."""
+    islands = island_of(job)
+    if not islands:
+        return
+    for v in verdicts:
+        named = sorted(set(v.ranks) | {r for link in v.links for r in link})
+        v.islands = {r: islands[r] for r in named if r in islands}
+        if v.ranks and v.islands:
+            groups: dict[str, list[int]] = {}
+            for r in v.ranks:
+                if r in islands:
+                    groups.setdefault(islands[r], []).append(r)
+            v.summary += " (" + "; ".join(f"island {i}: rank{'s' * (len(rs) > 1)} {', '.join(map(str, rs))}"
+                                          for i, rs in groups.items()) + ")"
+            for r in v.ranks:
+                v.evidence.extend(_vendor_waits(job, islands, r))
+        for src, dst in v.links:
+            a, b = islands.get(src), islands.get(dst)
+            if a and b and a != b:
+                v.evidence.append(f"link {src} -> {dst} crosses islands ({a} -> {b}): the host relay")
+                where = _relay_stop(job, src, dst)
+                if where:
+                    v.evidence.append(where)
+
+
+def _vendor_waits(job: LoadedJob, islands: dict[int, str], culprit: int) -> list[str]:
+    """Members of the culprit's island held inside their island's library at the incident."""
+    out = []
+    for r, d in sorted(job.dumps.items()):
+        if r == culprit or islands.get(r) != islands.get(culprit):
+            continue
+        for v in d.comms.values():
+            f = v.in_flight
+            if f is None or v.backend not in _VENDORS or v.members is None or culprit not in v.members:
+                continue
+            held = f" for {f.seconds_in_op:.1f} s" if f.seconds_in_op is not None else ""
+            out.append(f"rank {r} (island {islands[r]}) waits inside {v.name or v.backend}: {f.rec.op} seq "
+                       f"{f.rec.seq}{held}, the island's {v.backend} op that rank {culprit} is also in")
+    return out
+
+
+def _relay_peer(job: LoadedJob, rank: int, peer: int) -> Optional[RelayPeer]:
+    d = job.dumps.get(rank)
+    for v in d.comms.values() if d else ():
+        f = v.in_flight
+        for p in f.relay if f is not None else ():
+            if p.peer == peer:
+                return p
+    return None
+
+
+def _relay_stop(job: LoadedJob, src: int, dst: int) -> Optional[str]:
+    """Where the relayed chunks from src to dst stopped: device copy, wire, or host copy."""
+    s, d = _relay_peer(job, src, dst), _relay_peer(job, dst, src)
+    if s is None:
+        return None
+    if d is not None and s.sent > d.received:
+        return (f"relay {src} -> {dst}: data stopped on the wire: rank {src} sent {s.sent} of {s.send_chunks} "
+                f"chunks, rank {dst} received {d.received}")
+    if s.copied_in < s.send_chunks and s.sent >= s.copied_in:
+        return (f"relay {src} -> {dst}: data stopped in the device-to-host copy at rank {src} "
+                f"({s.copied_in} of {s.send_chunks} chunks staged)")
+    if d is not None and d.copied_out < d.received:
+        return (f"relay {src} -> {dst}: data stopped in the host-to-device copy at rank {dst} "
+                f"({d.copied_out} of {d.received} received chunks copied out)")
+    return None
