@@ -33,6 +33,9 @@ class LoadedJob:
     incident_time_ns: Optional[int] = None
     notes: list[str] = field(default_factory=list)
     meta_ranks: set[int] = field(default_factory=set)  # ranks with a metadata file (parsed or not)
+    # Ranks whose incident dump is there but unusable (corrupt, truncated, too new, refused):
+    # rank -> what is wrong. Such a rank was alive to write it; it is no evidence either way.
+    unusable: dict[int, str] = field(default_factory=dict)
     # Communicator membership and ring as most ranks report them (never one rank's word).
     members: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
     rings: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
