@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from .fastread import IntListTable, read_document
-from .job import LoadedJob, OptionsError
+from .job import MAX_WORLD_SIZE, LoadedJob, OptionsError
 from .summary import RankDump, RankMeta, SchemaError, dump_from_doc, meta_from_doc
 from .types import DataProblem, Options
 from .untrusted import RefusedPath, SafeDir
@@ -107,7 +107,10 @@ def _rank_files(folder: SafeDir, problems: list[DataProblem], leftovers: bool = 
         return out
     for name, kind in entries:
         m = RANK_FILE.match(name)
-        if m and kind == "a regular file":
+        if m and int(m.group(1)) >= MAX_WORLD_SIZE:
+            problems.append(DataProblem(str(folder.path / name), f"rank number out of range (at most "
+                                                                 f"{MAX_WORLD_SIZE - 1}): file ignored"))
+        elif m and kind == "a regular file":
             out.append((int(m.group(1)), name))
         elif m:
             problems.append(DataProblem(str(folder.path / name), _refused(kind)))
