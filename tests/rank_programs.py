@@ -1222,6 +1222,28 @@ def prog_selftest(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
         "HETOBS_CONNECT_TIMEOUT", "HETOBS_DIR")}}
 
 
+def preparing_next_batch(ctx: Ctx) -> None:
+    """Stands for a rank busy in Python instead of in the collective (the test kills it)."""
+    ctx.event("sleeping")
+    while True:
+        time.sleep(3600)
+
+
+def prog_sleep_hang(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
+    """all_reduce in a loop; rank args['culprit'] goes to sleep in Python at op args['at'] while
+    the others wait in that op until the watchdog dumps and the test kills the job."""
+    culprit, at = int(args["culprit"]), int(args.get("at", 3))
+    comm = ctx.init()
+    x = np.ones(1024, np.float32)
+    for i in range(at + 1):
+        if i == at and comm.rank == culprit:
+            preparing_next_batch(ctx)
+        if i == at:
+            ctx.event("entering", seq=i)
+        comm.all_reduce(x)
+    return {"rank": comm.rank, "unexpected": "the op at the culprit's sleep completed"}
+
+
 PROGRAMS: dict[str, Callable[[Ctx, dict[str, Any]], dict[str, Any]]] = {
     "collectives": prog_collectives,
     "random_mixed": prog_random_mixed,
@@ -1233,6 +1255,7 @@ PROGRAMS: dict[str, Callable[[Ctx, dict[str, Any]], dict[str, Any]]] = {
     "async_timeout": prog_async_timeout,
     "init_only": prog_init_only,
     "selftest": prog_selftest,
+    "sleep_hang": prog_sleep_hang,
 }
 
 

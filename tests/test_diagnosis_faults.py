@@ -5,10 +5,15 @@ iptables DROP rule on the ports of one ring connection (root; CI runs as root)."
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,3 +58,55 @@ def test_healthy_runs_are_healthy(run: int, tmp_path: Path) -> None:
     fault = "slow" if run % 2 else "none"  # half with one rank 3x slower, still progressing
     res = run_demo(world=world, fault=fault, culprit=run % world, ops=12, hang_timeout=1.5, workdir=tmp_path)
     assert res.report.status.value == "healthy", [(v.kind.value, v.summary) for v in res.report.verdicts]
+
+
+def _complete_incident(hetobs_dir: Path, job_id: str, world: int) -> Path | None:
+    base = hetobs_dir / job_id / "incidents"
+    if base.is_dir():
+        for inc in base.iterdir():
+            if len([f for f in os.listdir(inc) if f.startswith("rank-") and f.endswith(".json")]) >= world:
+                return inc
+    return None
+
+
+@pytest.mark.slow
+def test_corrupt_dumps_post_mortem_blame_only_the_culprit(launcher: Any, tmp_path: Path) -> None:
+    """5 ranks, rank 3 sleeps in Python; every rank dumps; then the job is killed (as a
+    scheduler does) and rank 0's dump is truncated, rank 1's replaced by random bytes and
+    rank 4's given a future schema. Those three were alive at the incident: only rank 3 is
+    blamed, and the three files are data problems (issue 10 item 2)."""
+    world, culprit = 5, 3
+    job = launcher("sleep_hang", world, {"culprit": culprit, "at": 3}, transport="shm", timeout=120.0,
+                   env={"HETOBS_HANG_TIMEOUT": "1.5"}, deadline=90.0)
+    shm_prefix = f"hetobs-stats-{job.job_id}-"
+    try:
+        job.wait_event(culprit, "sleeping", timeout=60)
+        end = time.monotonic() + 45
+        inc = _complete_incident(job.hetobs_dir, job.job_id, world)
+        while inc is None and time.monotonic() < end:
+            time.sleep(0.1)  # dumps appear by rename from other processes: nothing to block on
+            inc = _complete_incident(job.hetobs_dir, job.job_id, world)
+        assert inc is not None, job.collect().describe()
+        job.kill()  # post-mortem: every process is gone before anyone looks
+        text = (inc / "rank-0.json").read_bytes()
+        (inc / "rank-0.json").write_bytes(text[: len(text) // 2])
+        (inc / "rank-1.json").write_bytes(os.urandom(len(text)))
+        doc = json.loads((inc / "rank-4.json").read_text())
+        doc["version"] = "9.0"
+        (inc / "rank-4.json").write_text(json.dumps(doc))
+        proc = subprocess.run([sys.executable, "-m", "hetobs.cli", "diagnose", "--job", job.job_id, "--dir",
+                               str(job.hetobs_dir), "--json"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1, proc.stderr
+        rep = json.loads(proc.stdout)
+        faults = [v for v in rep["verdicts"] if v["kind"] not in ("straggler", "slow_link")]
+        assert {r for v in faults for r in v["ranks"]} == {culprit}, faults
+        assert faults[0]["kind"] == "rank_not_joined", faults
+        paths = {p["path"] for p in rep["data_problems"]}
+        assert {str(inc / f"rank-{r}.json") for r in (0, 1, 4)} <= paths, rep["data_problems"]
+        states = {r["rank"]: r["state"] for r in rep["ranks"]}
+        assert all(states[r] == "dump_unusable" for r in (0, 1, 4)), states
+    finally:
+        job.close()
+        for name in os.listdir("/dev/shm"):
+            if name.startswith(shm_prefix):
+                os.unlink(os.path.join("/dev/shm", name))
