@@ -32,7 +32,7 @@ _SEGMENT_PREFIX = "hetobs-stats-"
 @dataclass
 class Reach:
     rank: int
-    state: str  # dumped | dump_unusable | exited | dead | stopped | silent | unknown
+    state: str  # dumped | dump_unusable | exited | exited_error | dead | stopped | silent | unknown
     unanswered_by: list[int] = field(default_factory=list)
     answered_by: list[int] = field(default_factory=list)
     closed_by: list[int] = field(default_factory=list)  # peers that saw its connection close mid-op
@@ -40,7 +40,8 @@ class Reach:
     exited_after: bool = False  # exited cleanly, but only after the incident
     evidence: list[str] = field(default_factory=list)
     local: bool = False  # on this host: its process could be checked
-    alive_after: bool = False  # its heartbeat is later than the incident: it lived through it
+    alive_after: bool = False  # its heartbeat (or exit) is later than the incident: it lived through it
+    exit_dt_s: Optional[float] = None  # a non-zero exit's time relative to the incident, when known
 
     @property
     def gone_at_incident(self) -> bool:
@@ -112,6 +113,16 @@ def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]],
                 when = f" {abs(dt):.1f} s {'after' if dt >= 0 else 'before'} the incident"
                 reach.exited_after = dt > 0
             reach.evidence.append(f"its metadata says it exited cleanly{when}")
+        elif m is not None and m.exit_code is not None:
+            reach.state = "exited_error"
+            when = ""
+            if m.exit_time_ns and job.incident_time_ns:
+                dt = (m.exit_time_ns - job.incident_time_ns) / 1e9
+                when = f" {abs(dt):.1f} s {'after' if dt >= 0 else 'before'} the incident"
+                reach.exited_after = reach.alive_after = dt > 0
+                reach.exit_dt_s = dt
+            reach.evidence.append(f"its metadata says it exited with status {m.exit_code}{when}"
+                                  + (": it was alive at the incident" if reach.exited_after else ""))
         elif m is not None and host_key and m.host_key == host_key:
             reach.local = True
             ps = process_state(options.proc_root, m.pid, m.process_start_time)
@@ -158,7 +169,11 @@ def verdict_for(reach: Reach, nothing_else: bool) -> Optional[Verdict]:
     ev = list(reach.evidence)
     if reach.state == "dump_unusable":
         return None  # alive at the incident; an unreadable file is a data problem, not a culprit
-    if reach.state == "exited":
+    if reach.state == "exited_error" and not reach.exited_after:
+        known = reach.exit_dt_s is not None  # else: when it exited is unknown
+        return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} exited with an error{' before the incident' * known} "
+                                                   f"and left no dump", ev, confidence=0.9 if known else 0.7)
+    if reach.state in ("exited", "exited_error"):
         if reach.exited_after and reach.unanswered_by:
             ev.append("at the incident it answered no one although it lived on: it was stopped or stalled then")
             return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r} was unresponsive at the incident (it "
