@@ -34,7 +34,7 @@ from .job import LoadedJob
 from .loader import consensus, describe_json_error, paused_gc
 from .summary import CommView, InFlight, RankDump, rec_from_entry
 from .types import DataProblem, Options
-from .untrusted import RefusedPath, SafeDir
+from .untrusted import RefusedPath, SafeDir, refusal
 
 __all__ = ["load_fr", "SafeUnpickler", "safe_loads", "UnsafePickleError"]
 
@@ -73,7 +73,7 @@ def _load_files(folder: SafeDir, prefix: Optional[str], problems: list[DataProbl
     # directories stay open (by descriptor) until every chosen file is read.
     seen: list[tuple[SafeDir, str]] = []
     try:
-        for d, name in _walk_keep(folder, problems, dirs):
+        for d, name in _walk(folder, problems, dirs):
             m = _TRAILING_RANK.match(name)
             if m is None or (prefix is not None and m.group(1) != prefix):
                 continue
@@ -104,9 +104,12 @@ def _load_files(folder: SafeDir, prefix: Optional[str], problems: list[DataProbl
             d.close()
 
 
-def _walk_keep(folder: SafeDir, problems: list[DataProblem], dirs: list[SafeDir],
+def _walk(folder: SafeDir, problems: list[DataProblem], dirs: list[SafeDir],
                depth: int = 0) -> Iterator[tuple[SafeDir, str]]:
-    """Like a walk, but subdirectories are left open (appended to `dirs`) for reading later."""
+    """(directory, name) of every regular file below `folder`; links and special files are refused.
+
+    Subdirectories are entered by descriptor and left open (appended to `dirs`) for the reads.
+    """
     try:
         entries = folder.entries()
     except OSError as e:
@@ -122,11 +125,9 @@ def _walk_keep(folder: SafeDir, problems: list[DataProblem], dirs: list[SafeDir]
                 problems.append(DataProblem(str(folder.path / name), e.strerror or str(e)))
                 continue
             dirs.append(sub)
-            yield from _walk_keep(sub, problems, dirs, depth + 1)
+            yield from _walk(sub, problems, dirs, depth + 1)
         elif kind != "a directory" and _TRAILING_RANK.match(name):
-            what = ("is a symbolic link: not followed (only regular files inside the directory are read)"
-                    if kind == "a symbolic link" else f"is {kind}, not a regular file: not opened")
-            problems.append(DataProblem(str(folder.path / name), what))
+            problems.append(DataProblem(str(folder.path / name), refusal(kind)))
 
 
 def _parse_ranks(text: Any, table: IntListTable) -> tuple[int, ...]:

@@ -27,7 +27,7 @@ from .fastread import IntListTable, read_document
 from .job import MAX_WORLD_SIZE, LoadedJob, OptionsError
 from .summary import RankDump, RankMeta, SchemaError, dump_from_doc, meta_from_doc
 from .types import DataProblem, Options
-from .untrusted import RefusedPath, SafeDir
+from .untrusted import RefusedPath, SafeDir, refusal
 
 __all__ = ["load_job", "list_incidents", "incident_time_ns", "describe_json_error", "rank_ranges", "paused_gc",
            "consensus"]
@@ -113,19 +113,13 @@ def _rank_files(folder: SafeDir, problems: list[DataProblem], leftovers: bool = 
         elif m and kind == "a regular file":
             out.append((int(m.group(1)), name))
         elif m:
-            problems.append(DataProblem(str(folder.path / name), _refused(kind)))
+            problems.append(DataProblem(str(folder.path / name), refusal(kind)))
             if refused is not None:
                 refused.add(int(m.group(1)))
         elif leftovers and "rank-" in name and (name.startswith(".") or ".tmp" in name or name.endswith("~")):
             problems.append(DataProblem(str(folder.path / name),
                                         "leftover temporary file: its writer stopped before renaming it into place"))
     return out
-
-
-def _refused(kind: str) -> str:
-    if kind == "a symbolic link":
-        return "is a symbolic link: not followed (only regular files inside the job are read)"
-    return f"is {kind}, not a regular file: not opened"
 
 
 def _subdir(parent: SafeDir, name: str, problems: Optional[list[DataProblem]]) -> Optional[SafeDir]:
@@ -152,8 +146,7 @@ def _incident_names(incidents: SafeDir, problems: Optional[list[DataProblem]]) -
         if kind == "a directory":
             names.append(name)
         elif kind == "a symbolic link" and problems is not None:
-            problems.append(DataProblem(str(incidents.path / name), "incident is a symbolic link: not followed "
-                                                                    "(only directories inside the job are read)"))
+            problems.append(DataProblem(str(incidents.path / name), "incident " + refusal(kind, "a directory")))
     return names
 
 

@@ -22,11 +22,11 @@ import stat
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["RefusedPath", "SafeDir", "describe_mode"]
+__all__ = ["RefusedPath", "SafeDir", "describe_mode", "refusal"]
 
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_CHUNK = 1 << 20
+_CHUNK = 1 << 16
 
 
 class RefusedPath(OSError):
@@ -51,9 +51,10 @@ def describe_mode(mode: int) -> str:
     return "not a regular file"
 
 
-def _refusal(what: str, wanted: str) -> str:
+def refusal(what: str, wanted: str = "a regular file") -> str:
+    """Why an entry that is `what` (describe_mode's words) was not opened as `wanted`."""
     if what == "a symbolic link":
-        return f"is a symbolic link: not followed (only {wanted} inside the job are read)"
+        return "is a symbolic link: not followed (links inside a job or dump directory are never read)"
     return f"is {what}, not {wanted}: not opened"
 
 
@@ -93,7 +94,7 @@ class SafeDir:
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
                 what = self._lstat_kind(name) or "not a directory"
-                raise RefusedPath(e.errno, _refusal(what, "directories"), str(self.path / name)) from None
+                raise RefusedPath(e.errno, refusal(what, "a directory"), str(self.path / name)) from None
             raise
         return SafeDir(self.path / name, fd)
 
@@ -116,17 +117,18 @@ class SafeDir:
             fd = os.open(name, _FILE_FLAGS, dir_fd=self.fd)
         except OSError as e:
             if e.errno == errno.ELOOP:
-                raise RefusedPath(e.errno, _refusal("a symbolic link", "regular files"),
+                raise RefusedPath(e.errno, refusal("a symbolic link"),
                                   str(self.path / name)) from None
             raise
         try:
-            mode = os.fstat(fd).st_mode
-            if not stat.S_ISREG(mode):
-                raise RefusedPath(errno.EINVAL, _refusal(describe_mode(mode), "a regular file"), str(self.path / name))
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise RefusedPath(errno.EINVAL, refusal(describe_mode(st.st_mode)), str(self.path / name))
             parts: list[bytes] = []
             left = limit
+            want = max(st.st_size + 1, _CHUNK)  # the whole file in one read, as a rule
             while left is None or left > 0:
-                chunk = os.read(fd, _CHUNK if left is None else min(_CHUNK, left))
+                chunk = os.read(fd, want if left is None else min(want, left))
                 if not chunk:
                     break
                 parts.append(chunk)
