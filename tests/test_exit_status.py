@@ -66,7 +66,7 @@ def test_rank_file_records_how_the_process_ended(tmp_path: Path, how: str, retur
             doc = _rank_file(job, r)
             assert doc["exited_cleanly"] is clean, (how, doc)
             assert doc.get("exit_status") == status, (how, doc)
-            assert doc["comms"], "the communicators survive the exit-time rewrite"
+            assert doc["comms"] and doc["stats_segment"], "the exit-time rewrite keeps what was there"
 
 
 def _job_with_exit(tmp_path: Path, exit_dt_s: float) -> tuple[Path, Path]:

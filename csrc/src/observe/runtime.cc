@@ -76,6 +76,7 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg), jobDir_(cfg.dir, cfg.job
   sc.hang_timeout_s = cfg.hang_timeout_s;
   sc.record_capacity = cfg.records ? cfg.records : 1;
   stats_ = stats::Segment::create(sc);
+  segmentPath_ = stats_->path();
   Recorder::instance().attach(stats_->records(), sc.record_capacity, &stats_->header()->records_next);
   try {
     jobDir_.ensure();
@@ -175,7 +176,7 @@ void Runtime::writeMetadata() {
   w.field("ip", me ? me->ip : std::string("127.0.0.1")).field("port", me ? me->port : 0);
   w.endObject();
   w.field("control_socket", unixPath_);
-  w.field("stats_segment", stats_->path());
+  w.field("stats_segment", segmentPath_);  // not stats_->path(): that is cleared once the segment is removed
   w.field("hang_timeout_s", cfg_.hang_timeout_s);
   // After exit the communicators may be gone (Python has torn its objects down by the time
   // the exit status is known): the array is kept as it was last written while they lived.

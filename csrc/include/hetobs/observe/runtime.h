@@ -136,6 +136,7 @@ class Runtime {
   std::atomic<int> exitCode_{-1};  // -1: not known (running, or killed by a signal)
   std::atomic<int64_t> exitWallNs_{0};
   std::string commsJson_;  // the comms array as last written before exit (guarded by mu_)
+  std::string segmentPath_;  // where the stats segment is (or was, after exit)
   int64_t startWallNs_;
   std::thread watchdog_;
   std::thread unixThread_;
