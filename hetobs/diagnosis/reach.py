@@ -170,9 +170,13 @@ def verdict_for(reach: Reach, nothing_else: bool) -> Optional[Verdict]:
     if reach.state == "dump_unusable":
         return None  # alive at the incident; an unreadable file is a data problem, not a culprit
     if reach.state == "exited_error" and not reach.exited_after:
-        known = reach.exit_dt_s is not None  # else: when it exited is unknown
-        return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} exited with an error{' before the incident' * known} "
-                                                   f"and left no dump", ev, confidence=0.9 if known else 0.7)
+        if reach.exit_dt_s is not None:
+            return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} exited with an error before the incident and "
+                                                       f"left no dump", ev, confidence=0.9)
+        if nothing_else:  # when it exited is unknown: maybe after the incident, as its victims do
+            return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} exited with an error and left no dump", ev,
+                           confidence=0.5)
+        return None
     if reach.state in ("exited", "exited_error"):
         if reach.exited_after and reach.unanswered_by:
             ev.append("at the incident it answered no one although it lived on: it was stopped or stalled then")
