@@ -68,8 +68,8 @@ def _wrong_types(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], boo
             if flight.get("peers"):
                 for key in list(flight["peers"][0]):
                     for i, v in enumerate(odd_values):
-                        yield (f"{_kind(v)}peers[0].{key}#{i}", _set(doc, ("comms", 0, "in_flight", "peers", 0, key), v),
-                               False)
+                        at = ("comms", 0, "in_flight", "peers", 0, key)
+                        yield f"{_kind(v)}peers[0].{key}#{i}", _set(doc, at, v), False
     if doc.get("entries"):
         for key in list(doc["entries"][-1]):
             for i, v in enumerate(odd_values):
@@ -174,7 +174,7 @@ def _fr_variants(rng: random.Random) -> Iterator[tuple[str, Callable[[Path], Non
     for n in sorted({1, 2, 5, len(good) // 2, len(good) - 1, *rng.sample(range(1, len(good)), 20)}):
         yield f"pickle-truncated@{n}", (lambda p, c=good[:n]: p.write_bytes(c)), True
     yield "pickle-not-a-dict", (lambda p: p.write_bytes(pickle.dumps([1, 2]))), True
-    yield "pickle-nested", (lambda p: p.write_bytes(b"\x80\x04" + b"]" * DEEP + b"." )), True
+    yield "pickle-nested", (lambda p: p.write_bytes(b"\x80\x04" + b"]" * DEEP + b".")), True
     yield "pickle-global", (lambda p: p.write_bytes(pickle.dumps(Path("/etc/passwd")))), True
     yield "pickle-random", (lambda p: p.write_bytes(b"\x80" + rng.randbytes(2000))), True
 
