@@ -2,8 +2,8 @@
 
 Real rank processes (2 ranks, one collective) leave in each way a training script can:
 returning, sys.exit(0), sys.exit(1), an uncaught exception, a fatal signal, os._exit.
-Only the first two are clean; `exit_status.code` is what exit() was given (none when a
-signal or os._exit skipped exit()). Then the diagnosis uses it: a rank that exited with
+Only the first two are clean; `exit_status` is {"code": what exit() was given} or, for a
+fatal signal that can be caught, {"signal": N}; none when os._exit skipped everything. Then the diagnosis uses it: a rank that exited with
 an error before the incident and left no dump is dead at the incident; one that exited
 with an error after it was alive then and is not blamed.
 """
@@ -37,6 +37,9 @@ if how == "raise":
     raise RuntimeError("uncaught on purpose")
 if how == "sigterm":
     os.kill(os.getpid(), signal.SIGTERM)
+if how == "sigsegv":
+    import ctypes
+    ctypes.string_at(0)  # a real crash
 if how == "os_exit":
     os._exit(3)
 """
@@ -47,7 +50,8 @@ CASES = [  # how, process return code, exited_cleanly, exit_status
     ("sys_exit_256", 0, True, {"code": 0}),
     ("sys_exit_1", 1, False, {"code": 1}),
     ("raise", 1, False, {"code": 1}),
-    ("sigterm", -15, False, None),
+    ("sigterm", -15, False, {"signal": 15}),
+    ("sigsegv", -11, False, {"signal": 11}),
     ("os_exit", 3, False, None),
 ]
 
@@ -100,6 +104,27 @@ def test_error_exit_after_the_incident_is_not_blamed(tmp_path: Path) -> None:
     job_dir, proc = _job_with_exit(tmp_path, 30.0)
     rep = diagnose(Options(job_dir=job_dir, proc_root=proc))
     assert _faults(rep) == [("rank_not_joined", [3])], _faults(rep)
+
+
+def _killed(tmp_path: Path, exit_dt_s: float) -> Any:
+    job_dir, proc = _job_with_exit(tmp_path, exit_dt_s)
+    path = job_dir / "ranks" / "rank-2.json"
+    doc = json.loads(path.read_text())
+    doc["exit_status"] = {"signal": 15}
+    path.write_text(json.dumps(doc))
+    return diagnose(Options(job_dir=job_dir, proc_root=proc))
+
+
+def test_killed_by_a_signal_after_the_incident_is_not_blamed(tmp_path: Path) -> None:
+    """The scheduler's SIGTERM after the hang: the rank lived through the incident."""
+    rep = _killed(tmp_path, 30.0)
+    assert _faults(rep) == [("rank_not_joined", [3])], _faults(rep)
+
+
+def test_killed_by_a_signal_before_the_incident_is_dead(tmp_path: Path) -> None:
+    rep = _killed(tmp_path, -30.0)
+    v = next(v for v in rep.verdicts if v.ranks == [2])
+    assert v.kind.value == "rank_dead" and any("killed by signal 15 (SIGTERM)" in e for e in v.evidence), v.evidence
 
 
 def test_nonzero_code_is_never_clean_even_if_marked_so(tmp_path: Path) -> None:

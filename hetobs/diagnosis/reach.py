@@ -16,6 +16,7 @@ it was alive to write it), and a stats-segment heartbeat later than the incident
 from __future__ import annotations
 
 import os
+import signal
 import stat
 from dataclasses import dataclass, field
 from typing import Optional
@@ -113,7 +114,7 @@ def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]],
                 when = f" {abs(dt):.1f} s {'after' if dt >= 0 else 'before'} the incident"
                 reach.exited_after = dt > 0
             reach.evidence.append(f"its metadata says it exited cleanly{when}")
-        elif m is not None and m.exit_code is not None:
+        elif m is not None and (m.exit_signal is not None or m.exit_code not in (None, 0)):
             reach.state = "exited_error"
             when = ""
             if m.exit_time_ns and job.incident_time_ns:
@@ -121,7 +122,9 @@ def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]],
                 when = f" {abs(dt):.1f} s {'after' if dt >= 0 else 'before'} the incident"
                 reach.exited_after = reach.alive_after = dt > 0
                 reach.exit_dt_s = dt
-            reach.evidence.append(f"its metadata says it exited with status {m.exit_code}{when}"
+            how = f"exited with status {m.exit_code}" if m.exit_signal is None else \
+                f"was killed by signal {m.exit_signal} ({_signal_name(m.exit_signal)})"
+            reach.evidence.append(f"its metadata says it {how}{when}"
                                   + (": it was alive at the incident" if reach.exited_after else ""))
         elif m is not None and host_key and m.host_key == host_key:
             reach.local = True
@@ -143,6 +146,13 @@ def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]],
             reach.evidence.append(f"its host {m.host} is not this host: its process cannot be checked from here")
         out[r] = reach
     return out
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return "unknown signal"
 
 
 def _safe_heartbeat(options: Options, path: str) -> Optional[int]:

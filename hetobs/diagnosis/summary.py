@@ -237,6 +237,7 @@ class RankMeta:
     exited_cleanly: bool = False
     exit_time_ns: Optional[int] = None
     exit_code: Optional[int] = None  # what the process passed to exit() (None: not recorded)
+    exit_signal: Optional[int] = None  # the fatal signal it died of, when it could record it
     hang_timeout_s: Optional[float] = None
     stats_segment: Optional[str] = None
     rings: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
@@ -391,8 +392,9 @@ def meta_from_doc(doc: Any, path: str) -> RankMeta:
         exited_cleanly=doc.get("exited_cleanly") is True, exit_time_ns=_int(doc.get("exit_time_ns")),
         hang_timeout_s=_num(doc.get("hang_timeout_s")), stats_segment=_str(doc.get("stats_segment")),
         exit_code=_int(_dict(doc.get("exit_status")).get("code")),
+        exit_signal=_int(_dict(doc.get("exit_status")).get("signal")),
     )
-    if m.exit_code is not None and m.exit_code != 0:
+    if m.exit_signal is not None or m.exit_code not in (None, 0):
         m.exited_cleanly = False  # a non-zero exit is never clean, whatever an older writer said
     for c in _list(doc.get("comms")):
         if isinstance(c, dict) and _int(c.get("comm_id")) is not None:

@@ -7,6 +7,7 @@
 
 #include <atomic>
 
+#include "hetobs/observe/exit_signal.h"
 #include "hetobs/observe/observed.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/error.h"
@@ -99,6 +100,7 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg), jobDir_(cfg.dir, cfg.job
     if (sigaction(cfg.dump_signal, &sa, &gPrevAction) != 0)
       HETOBS_WARN("cannot install HETOBS_DUMP_SIGNAL=%d: %s", cfg.dump_signal, errnoString(errno).c_str());
   }
+  installExitSignalRecorder();
   startUnixSocket();
   watchdog_ = std::thread([this] { watchdogLoop(); });
   watchdog_.detach();
@@ -202,6 +204,7 @@ void Runtime::writeMetadata() {
   }
   w.endArray();
   bool exited = exited_.load();
+  std::string head = exited ? std::string() : w.str();  // what a death by signal would leave (exit_signal.h)
   w.field("exited_cleanly", exited && cleanExit_.load());
   if (exited) w.field("exit_time_ns", exitWallNs_.load());
   else w.nullField("exit_time_ns");
@@ -214,6 +217,9 @@ void Runtime::writeMetadata() {
   } catch (const Error& e) {
     HETOBS_WARN("cannot write rank metadata: %s", e.what());
   }
+  if (!exited)
+    publishSignalRecord(jobDir_.rankFile(cfg_.rank), head + ",\"exited_cleanly\":false,\"exit_time_ns\":",
+                        ",\"exit_status\":{\"signal\":", "}}");
 }
 
 void Runtime::markExit(bool clean) {
@@ -224,6 +230,7 @@ void Runtime::markExit(bool clean) {
       if (state == DumpState::kWriting) waitForDump(lk, incident, 2000000000LL);
   }
   if (exited_.exchange(true)) return;
+  clearSignalRecord();  // from here on the exit status tells how it ended
   cleanExit_ = clean && exitCode_.load() <= 0;
   exitWallNs_ = wallNs();
   if (bwLog_) bwLog_->finish(monoNs());
