@@ -16,12 +16,19 @@ import traceback
 from collections.abc import Callable
 from typing import TextIO
 
+from typer import Abort
+
+try:  # typer >= 0.26 carries its own click
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - older typer on top of click
+    from click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # type: ignore[no-redef]
+
 from hetobs.config import SettingError
 from hetobs.errors import HetobsError
 
 from ._exit_codes import ExitCode
 
-__all__ = ["KNOWN", "lookup", "report"]
+__all__ = ["KNOWN", "lookup", "report", "NoArgsIsHelpError"]
 
 Formatter = Callable[[BaseException], str]
 
@@ -63,6 +70,26 @@ KNOWN: dict[type[BaseException], tuple[Formatter, ExitCode]] = {
     HetobsError: (_named, ExitCode.INTERNAL),
     ImportError: (_import, ExitCode.INTERNAL),
 }
+
+
+def _usage(exc: BaseException) -> str:
+    """A click/typer usage error, with where to get help: one line, no box."""
+    assert isinstance(exc, UsageError)
+    text = _one_line(exc.format_message())
+    ctx = exc.ctx
+    if ctx is not None and ctx.command.get_help_option(ctx) is not None:
+        text += f" (see: {ctx.command_path} {ctx.help_option_names[0]})"
+    return text
+
+
+def _click(exc: BaseException) -> str:
+    assert isinstance(exc, ClickException)
+    return _one_line(exc.format_message())
+
+
+KNOWN[UsageError] = (_usage, ExitCode.USAGE)
+KNOWN[ClickException] = (_click, ExitCode.USAGE)
+KNOWN[Abort] = (lambda exc: "aborted", ExitCode.INTERRUPTED)
 
 
 def lookup(exc: BaseException) -> tuple[Formatter, ExitCode] | None:

@@ -83,14 +83,22 @@ _add_run()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run the CLI and exit with an `ExitCode`."""
+    """Run the CLI and exit with an `ExitCode`.
+
+    Not in click's standalone mode: there a usage error is drawn as a rich box of five
+    lines or more, while the README promises one line on stderr; `_errors.report`
+    writes it (with exit 2) like every other error.
+    """
     try:
-        app(args=list(argv) if argv is not None else None, prog_name="hetobs")
+        code = app(args=list(argv) if argv is not None else None, prog_name="hetobs", standalone_mode=False)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(int(ExitCode.INTERRUPTED))
+    except _errors.NoArgsIsHelpError:  # `hetobs` alone: typer has printed the help, which is the answer
+        sys.exit(int(ExitCode.USAGE))
     except Exception as exc:  # the one place where exceptions become exit codes
         sys.exit(int(_errors.report(exc)))
+    sys.exit(code if isinstance(code, int) else int(ExitCode.OK))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,11 @@
   the file, so it gets every thread's stack without ever taking the GIL, even while
   the main thread is stuck in a collective or spinning in pure Python.
 - Exit: at interpreter exit the rank's metadata is marked `exited_cleanly` (unless an
-  exception escaped to the top) and its stats segment is removed.
+  exception escaped to the top) and its stats segment is removed. atexit cannot see
+  the exit status (`sys.exit(1)` runs it like a clean exit does), so the native
+  runtime also records the status exit() is given (`exit_status.code`) and takes back
+  the clean mark when it is not 0. A fatal signal runs neither: the mark stays false,
+  and the native signal recorder (csrc/src/observe/exit_signal.cc) writes the signal.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -62,8 +63,12 @@ def read_ranks(job_dir: str) -> dict[int, RankFile]:
         rank = int(name[5:-5])
         path = os.path.join(ranks_dir, name)
         try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
+            # untrusted: never through a link, never a FIFO (it would block) or a device
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise OSError(f"{path} is not a regular file: not opened")
+                data = json.loads(f.read())
             if not isinstance(data, dict) or data.get("schema") != "hetobs.rank":
                 out[rank] = RankFile(rank, path, None, "not a hetobs rank file (schema)")
             elif not str(data.get("version", "")).startswith("1."):

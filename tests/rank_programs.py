@@ -1384,6 +1384,26 @@ def prog_wait_chain(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
         ctx.gate_wait("end")
         raise
     return {"rank": r, "ids": ids}
+def preparing_next_batch(ctx: Ctx) -> None:
+    """Stands for a rank busy in Python instead of in the collective (the test kills it)."""
+    ctx.event("sleeping")
+    while True:
+        time.sleep(3600)
+
+
+def prog_sleep_hang(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
+    """all_reduce in a loop; rank args['culprit'] goes to sleep in Python at op args['at'] while
+    the others wait in that op until the watchdog dumps and the test kills the job."""
+    culprit, at = int(args["culprit"]), int(args.get("at", 3))
+    comm = ctx.init()
+    x = np.ones(1024, np.float32)
+    for i in range(at + 1):
+        if i == at and comm.rank == culprit:
+            preparing_next_batch(ctx)
+        if i == at:
+            ctx.event("entering", seq=i)
+        comm.all_reduce(x)
+    return {"rank": comm.rank, "unexpected": "the op at the culprit's sleep completed"}
 
 
 PROGRAMS: dict[str, Callable[[Ctx, dict[str, Any]], dict[str, Any]]] = {
@@ -1402,6 +1422,7 @@ PROGRAMS: dict[str, Callable[[Ctx, dict[str, Any]], dict[str, Any]]] = {
     "island_ops": prog_island_ops,
     "relay": lambda ctx, args: __import__("relay_programs").run(ctx, args),  # tests/relay_programs.py
     "wait_chain": prog_wait_chain,
+    "sleep_hang": prog_sleep_hang,
 }
 
 

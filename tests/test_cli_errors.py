@@ -7,6 +7,7 @@ on stderr. And the real console script end to end in a subprocess.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -121,3 +122,41 @@ def test_console_script_end_to_end() -> None:
     assert json.loads(proc.stdout)["hetobs"]
     bad = subprocess.run([*cmd, "no-such-command"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stdout == ""
+
+
+def _console() -> list[str]:
+    script = Path(sys.executable).with_name("hetobs")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "hetobs.cli"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["diagnose", "--job", "../../etc"],
+    ["diagnose"],
+    ["diagnose", "--job", "j", "--fr", "/tmp"],
+    ["diagnose", "--no-such-option"],
+    ["dump"],
+    ["top", "--interval", "soon"],
+    ["version", "--bogus"],
+    ["bench", "--no-such-option"],
+    ["no-such-command"],
+])
+def test_usage_errors_are_one_line_on_stderr(argv: list[str], tmp_path: Path) -> None:
+    """The README: a usage error is one line on stderr and exit 2 (not click's boxed usage text)."""
+    proc = subprocess.run([*_console(), *argv], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "HETOBS_DIR": str(tmp_path), "COLUMNS": "80"})
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert "╭" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_exit_codes_survive_non_standalone_mode(tmp_path: Path) -> None:
+    """Commands that end with typer.Exit(code) keep their code; --help still prints and exits 0."""
+    env = {**os.environ, "HETOBS_DIR": str(tmp_path)}
+    missing = subprocess.run([*_console(), "diagnose", "--job", "nope", "--json"], capture_output=True, text=True,
+                             timeout=120, env=env)
+    assert missing.returncode == ExitCode.NO_DATA, missing.stderr
+    assert json.loads(missing.stdout)["status"] == "no_data"
+    helped = subprocess.run([*_console(), "diagnose", "--help"], capture_output=True, text=True, timeout=120, env=env)
+    assert helped.returncode == 0 and "--job" in helped.stdout and helped.stderr == ""

@@ -9,6 +9,8 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -192,3 +194,55 @@ def test_timeout_names_the_awaited_peer_in_the_abort_fields(launcher: Any, leak_
     assert a == {"kind": "timeout", "reporter": 0, "suspect": 1, "received_from": None, "deviating": []}, a
     faults = [(v.kind.value, v.ranks) for v in report.verdicts if v.kind.is_fault]
     assert faults == [("rank_not_joined", [1])], faults
+
+
+def _complete_incident(hetobs_dir: Path, job_id: str, world: int) -> Path | None:
+    base = hetobs_dir / job_id / "incidents"
+    if base.is_dir():
+        for inc in base.iterdir():
+            if len([f for f in os.listdir(inc) if f.startswith("rank-") and f.endswith(".json")]) >= world:
+                return inc
+    return None
+
+
+@pytest.mark.slow
+def test_corrupt_dumps_post_mortem_blame_only_the_culprit(launcher: Any, tmp_path: Path) -> None:
+    """5 ranks, rank 3 sleeps in Python; every rank dumps; then the job is killed (as a
+    scheduler does) and rank 0's dump is truncated, rank 1's replaced by random bytes and
+    rank 4's given a future schema. Those three were alive at the incident: only rank 3 is
+    blamed, and the three files are data problems (issue 10 item 2)."""
+    world, culprit = 5, 3
+    job = launcher("sleep_hang", world, {"culprit": culprit, "at": 3}, transport="shm", timeout=120.0,
+                   env={"HETOBS_HANG_TIMEOUT": "1.5"}, deadline=90.0)
+    shm_prefix = f"hetobs-stats-{job.job_id}-"
+    try:
+        job.wait_event(culprit, "sleeping", timeout=60)
+        end = time.monotonic() + 45
+        inc = _complete_incident(job.hetobs_dir, job.job_id, world)
+        while inc is None and time.monotonic() < end:
+            time.sleep(0.1)  # dumps appear by rename from other processes: nothing to block on
+            inc = _complete_incident(job.hetobs_dir, job.job_id, world)
+        assert inc is not None, job.collect().describe()
+        job.kill()  # post-mortem: every process is gone before anyone looks
+        text = (inc / "rank-0.json").read_bytes()
+        (inc / "rank-0.json").write_bytes(text[: len(text) // 2])
+        (inc / "rank-1.json").write_bytes(os.urandom(len(text)))
+        doc = json.loads((inc / "rank-4.json").read_text())
+        doc["version"] = "9.0"
+        (inc / "rank-4.json").write_text(json.dumps(doc))
+        proc = subprocess.run([sys.executable, "-m", "hetobs.cli", "diagnose", "--job", job.job_id, "--dir",
+                               str(job.hetobs_dir), "--json"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1, proc.stderr
+        rep = json.loads(proc.stdout)
+        faults = [v for v in rep["verdicts"] if v["kind"] not in ("straggler", "slow_link")]
+        assert {r for v in faults for r in v["ranks"]} == {culprit}, faults
+        assert faults[0]["kind"] == "rank_not_joined", faults
+        paths = {p["path"] for p in rep["data_problems"]}
+        assert {str(inc / f"rank-{r}.json") for r in (0, 1, 4)} <= paths, rep["data_problems"]
+        states = {r["rank"]: r["state"] for r in rep["ranks"]}
+        assert all(states[r] == "dump_unusable" for r in (0, 1, 4)), states
+    finally:
+        job.close()
+        for name in os.listdir("/dev/shm"):
+            if name.startswith(shm_prefix):
+                os.unlink(os.path.join("/dev/shm", name))

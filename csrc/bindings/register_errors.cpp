@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include "hetobs/common/error.h"
+#include "hetobs/common/json.h"
 #include "register.h"
 
 namespace py = pybind11;
@@ -19,21 +20,23 @@ void registerErrors(py::module_& m) {
   static PyObject* timeout = py::object(errors.attr("OpTimeoutError")).release().ptr();
   static PyObject* aborted = py::object(errors.attr("CommAbortedError")).release().ptr();
   static PyObject* auth = py::object(errors.attr("AuthError")).release().ptr();
+  // Messages may quote peers' host names and OS text: made valid UTF-8 first, or Python
+  // would raise UnicodeDecodeError in place of the error itself.
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const MismatchError& e) {
-      PyErr_SetString(mismatch, e.what());
+      PyErr_SetString(mismatch, utf8Valid(e.what()).c_str());
     } catch (const PeerError& e) {
-      PyErr_SetString(peer, e.what());
+      PyErr_SetString(peer, utf8Valid(e.what()).c_str());
     } catch (const TimeoutError& e) {
-      PyErr_SetString(timeout, e.what());
+      PyErr_SetString(timeout, utf8Valid(e.what()).c_str());
     } catch (const AbortedError& e) {
-      PyErr_SetString(aborted, e.what());
+      PyErr_SetString(aborted, utf8Valid(e.what()).c_str());
     } catch (const AuthError& e) {
-      PyErr_SetString(auth, e.what());
+      PyErr_SetString(auth, utf8Valid(e.what()).c_str());
     } catch (const Error& e) {
-      PyErr_SetString(base, e.what());
+      PyErr_SetString(base, utf8Valid(e.what()).c_str());
     }
   });
   m.attr("HetobsError") = errors.attr("HetobsError");

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "hetobs/common/clock.h"
+#include "hetobs/common/json.h"
 #include "hetobs/common/wire.h"
 #include "hetobs/record/recorder.h"
 #include "hetobs/stats/layout.h"
@@ -61,7 +62,7 @@ py::dict recordDict(const OpRecord& r) {
                                                    : py::object(py::none());
   d["algbw_gbps"] = r.algbw_gbps;
   d["busbw_gbps"] = r.busbw_gbps;
-  d["error"] = r.error[0] ? py::object(py::str(r.error)) : py::object(py::none());
+  d["error"] = r.error[0] ? py::object(py::str(utf8Valid(r.error))) : py::object(py::none());
   // Hierarchical (island) ops only; None for every other op, so every record has the keys.
   if (r.island[0]) {
     d["island"] = std::string(r.island, strnlen(r.island, sizeof r.island));
@@ -82,6 +83,13 @@ py::dict recordDict(const OpRecord& r) {
 }  // namespace
 
 void registerRecords(py::module_& m) {
+  // The dump writer's text rules, for tests/test_native_json.py (no other caller).
+  m.def("_json_escape", [](const py::bytes& s) { return py::bytes(jsonEscape(std::string(s))); },
+        "The JSON string literal the dump writer makes of these bytes.");
+  m.def("_utf8_prefix_len", [](const py::bytes& s, size_t max) {
+    std::string t(s);
+    return utf8PrefixLen(t.data(), t.size(), max);
+  }, "How many of these bytes a text field of `max` bytes keeps.");
   m.def("records", [] {
     std::vector<OpRecord> snap;
     {

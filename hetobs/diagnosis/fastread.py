@@ -23,7 +23,7 @@ import json
 import re
 from typing import Any, Optional
 
-__all__ = ["IntListTable", "read_document"]
+__all__ = ["IntListTable", "read_document", "TooDeep"]
 
 _DECODER = json.JSONDecoder()
 _INT_LIST_CHARS = str.maketrans("", "", "0123456789, \t\r\n-")
@@ -213,13 +213,35 @@ def _tail_entries(text: str, keep: int) -> Optional[tuple[int, int, list[dict[st
     return open_pos, close_pos, records, complete
 
 
+class TooDeep(ValueError):
+    """The document nests deeper than the parser can follow (a real dump nests a few levels)."""
+
+
 def read_document(raw: bytes, table: IntListTable, keep: int) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
     """Decode a dump: (document without "entries", its last `keep` records, fast path used).
 
-    Raises ValueError (json.JSONDecodeError or UnicodeDecodeError) on invalid input,
-    like json.loads would.
+    Raises ValueError only (json.JSONDecodeError, TooDeep, or a too-long number), never
+    RecursionError. Bytes that are not UTF-8 (old writers passed them through inside
+    error texts) become U+FFFD instead of costing the whole dump.
     """
-    text = raw.decode("utf-8")
+    bad_utf8: Optional[UnicodeDecodeError] = None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad_utf8 = e
+        text = raw.decode("utf-8", errors="replace")
+    try:
+        return _read_document(text, table, keep)
+    except RecursionError:
+        raise TooDeep("JSON nested too deeply to be a dump") from None
+    except json.JSONDecodeError:
+        if bad_utf8 is not None:
+            raise bad_utf8 from None  # not text at all: say so, not where the JSON parse gave up
+        raise
+
+
+def _read_document(text: str, table: IntListTable,
+                   keep: int) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
     tail = _tail_entries(text, keep) if keep > 0 else None
     records: Optional[list[dict[str, Any]]] = None
     head_text = text

@@ -8,6 +8,8 @@ desc], "collective_seq_id", "p2p_seq_id", "profiling_name" like "nccl:all_reduce
 "input_sizes", "input_dtypes", "state", "time_discovered_started_ns", "frames"...).
 
 Differences from torch's own analyzer, on purpose:
+- files are opened as untrusted input (untrusted.py): no symbolic link is followed and
+  nothing but regular files is opened; no file, however malformed, raises;
 - pickles go through `SafeUnpickler`, which builds only dicts, lists, tuples, str,
   bytes, numbers, bools and None and refuses every class or function reference
   (`find_class`), so a dump cannot run code;
@@ -22,17 +24,17 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import pickle
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from .fastread import IntListTable, read_document
 from .job import LoadedJob
 from .loader import consensus, describe_json_error, paused_gc
 from .summary import CommView, InFlight, RankDump, rec_from_entry
 from .types import DataProblem, Options
+from .untrusted import RefusedPath, SafeDir, refusal
 
 __all__ = ["load_fr", "SafeUnpickler", "safe_loads", "UnsafePickleError"]
 
@@ -59,24 +61,73 @@ def safe_loads(raw: bytes) -> Any:
     return SafeUnpickler(io.BytesIO(raw)).load()
 
 
-def _files(folder: Path, prefix: Optional[str], problems: list[DataProblem]) -> list[tuple[int, Path]]:
-    by_prefix: dict[str, list[tuple[int, Path]]] = {}
-    for root, _, names in os.walk(folder):
-        for name in sorted(names):
+_MAX_DEPTH = 8  # how deep below the named directory dumps are looked for
+
+
+def _load_files(folder: SafeDir, prefix: Optional[str], problems: list[DataProblem],
+                read: Callable[[int, str, bytes], None], progress: Any) -> None:
+    """Pick the prefix most files share, then hand each of its files' bytes to `read` (rank, path, raw)."""
+    by_prefix: dict[str, list[tuple[int, int, str]]] = {}
+    dirs: list[SafeDir] = []
+    # Listing first (names only), so the prefix is chosen before any file is read; the
+    # directories stay open (by descriptor) until every chosen file is read.
+    seen: list[tuple[SafeDir, str]] = []
+    try:
+        for d, name in _walk(folder, problems, dirs):
             m = _TRAILING_RANK.match(name)
-            if m is None:
+            if m is None or (prefix is not None and m.group(1) != prefix):
                 continue
-            if prefix is not None and m.group(1) != prefix:
+            seen.append((d, name))
+            by_prefix.setdefault(m.group(1), []).append((int(m.group(2)), len(seen) - 1, name))
+        if not by_prefix:
+            return
+        best = max(by_prefix, key=lambda p: len(by_prefix[p]))
+        for p, files in by_prefix.items():
+            if p != best:
+                problems.append(DataProblem(str(folder.path), f"{len(files)} file(s) with prefix {p!r} ignored "
+                                                              f"(the dumps use prefix {best!r})"))
+        chosen = sorted(by_prefix[best])
+        for i, (rank, idx, name) in enumerate(chosen, 1):
+            if progress is not None and (i % 256 == 0 or i == len(chosen)):
+                progress(i, len(chosen))
+            d = seen[idx][0]
+            path = str(d.path / name)
+            try:
+                raw = d.read(name)
+            except OSError as e:
+                problems.append(DataProblem(path, e.strerror or str(e) if isinstance(e, RefusedPath)
+                                            else f"cannot read: {e.strerror or e}"))
                 continue
-            by_prefix.setdefault(m.group(1), []).append((int(m.group(2)), Path(root) / name))
-    if not by_prefix:
-        return []
-    best = max(by_prefix, key=lambda p: len(by_prefix[p]))
-    for p, files in by_prefix.items():
-        if p != best:
-            problems.append(DataProblem(str(folder), f"{len(files)} file(s) with prefix {p!r} ignored "
-                                                     f"(the dumps use prefix {best!r})"))
-    return sorted(by_prefix[best])
+            read(rank, path, raw)
+    finally:
+        for d in dirs:
+            d.close()
+
+
+def _walk(folder: SafeDir, problems: list[DataProblem], dirs: list[SafeDir],
+               depth: int = 0) -> Iterator[tuple[SafeDir, str]]:
+    """(directory, name) of every regular file below `folder`; links and special files are refused.
+
+    Subdirectories are entered by descriptor and left open (appended to `dirs`) for the reads.
+    """
+    try:
+        entries = folder.entries()
+    except OSError as e:
+        problems.append(DataProblem(str(folder.path), f"cannot list: {e.strerror or e}"))
+        return
+    for name, kind in entries:
+        if kind == "a regular file":
+            yield folder, name
+        elif kind == "a directory" and depth < _MAX_DEPTH:
+            try:
+                sub = folder.subdir(name)
+            except OSError as e:
+                problems.append(DataProblem(str(folder.path / name), e.strerror or str(e)))
+                continue
+            dirs.append(sub)
+            yield from _walk(sub, problems, dirs, depth + 1)
+        elif kind != "a directory" and _TRAILING_RANK.match(name):
+            problems.append(DataProblem(str(folder.path / name), refusal(kind)))
 
 
 def _parse_ranks(text: Any, table: IntListTable) -> tuple[int, ...]:
@@ -160,57 +211,67 @@ def load_fr(options: Options) -> LoadedJob:
     folder = Path(options.fr_dir)
     job = LoadedJob(job=options.job or folder.name, source="flight_recorder", root=folder,
                     incident=folder.name)
-    if not folder.is_dir():
+    try:
+        root = SafeDir.open_root(folder)
+    except OSError as e:
         job.problems.append(DataProblem(str(folder), "directory does not exist" if not folder.exists()
-                                        else "not a directory"))
-        return job
-    files = _files(folder, options.fr_prefix, job.problems)
-    if not files:
-        job.problems.append(DataProblem(str(folder), "no Flight Recorder dumps (files named <prefix><rank>)"))
+                                        else f"cannot open: {e.strerror or e}"))
         return job
     table = IntListTable()
     keep = max(1, options.tail_entries)
     versions: dict[str, int] = {}
-    with paused_gc():
-        for i, (rank, path) in enumerate(files, 1):
-            if options.progress is not None and (i % 256 == 0 or i == len(files)):
-                options.progress(i, len(files))
-            try:
-                raw = path.read_bytes()
-            except OSError as e:
-                job.problems.append(DataProblem(str(path), f"cannot read: {e.strerror or e}"))
-                continue
-            try:
-                if raw[:1] == b"\x80":
-                    doc = safe_loads(raw)
-                    if not isinstance(doc, dict):
-                        raise ValueError("pickle does not hold a dict: not a Flight Recorder dump")
-                    entries = doc.pop("entries", [])
-                    records = entries[-keep:] if isinstance(entries, list) else []
-                else:
-                    doc, records, _ = read_document(raw, table, keep)
-                    if not isinstance(doc, dict):
-                        raise ValueError("not a JSON object: not a Flight Recorder dump")
-                if rank in job.dumps:
-                    job.problems.append(DataProblem(str(path), f"a second dump for rank {rank}: ignored"))
-                    continue
-                job.dumps[rank] = _dump_from_fr(doc, records, rank, str(path), table, keep)
-                v = str(doc.get("version"))
-                versions[v] = versions.get(v, 0) + 1
-            except pickle.UnpicklingError as e:
-                job.problems.append(DataProblem(str(path), str(e) if isinstance(e, UnsafePickleError)
-                                                else f"not a valid pickle: {e}"))
-            except (EOFError, IndexError, TypeError, KeyError, AttributeError) as e:
-                job.problems.append(DataProblem(str(path), f"truncated or corrupt pickle: {type(e).__name__}: {e}"))
-            except ValueError as e:
-                msg = describe_json_error(e, len(raw)) if isinstance(e, (json.JSONDecodeError,
-                                                                             UnicodeDecodeError)) else str(e)
-                job.problems.append(DataProblem(str(path), msg))
+
+    def read(rank: int, path: str, raw: bytes) -> None:
+        if rank in job.dumps:
+            job.problems.append(DataProblem(path, f"a second dump for rank {rank}: ignored"))
+            return
+        problem = _read_one(job, rank, path, raw, table, keep, versions)
+        if problem is not None:
+            job.problems.append(DataProblem(path, problem))
+
+    with root, paused_gc():
+        _load_files(root, options.fr_prefix, job.problems, read, options.progress)
+    if not job.dumps and not any(p.path != str(folder) for p in job.problems):
+        job.problems.append(DataProblem(str(folder), "no Flight Recorder dumps (files named <prefix><rank>)"))
+        return job
     if len(versions) > 1:
         job.notes.append("Flight Recorder dumps of different versions: " +
                          ", ".join(f"{v} ({n} files)" for v, n in sorted(versions.items())))
     _settle(job)
     return job
+
+
+def _read_one(job: LoadedJob, rank: int, path: str, raw: bytes, table: IntListTable, keep: int,
+              versions: dict[str, int]) -> Optional[str]:
+    """Parse one file into job.dumps[rank]; what is wrong with it, if anything (never raises)."""
+    try:
+        if raw[:1] == b"\x80":
+            doc = safe_loads(raw)
+            if not isinstance(doc, dict):
+                raise ValueError("pickle does not hold a dict: not a Flight Recorder dump")
+            entries = doc.pop("entries", [])
+            records = entries[-keep:] if isinstance(entries, list) else []
+        else:
+            doc, records, _ = read_document(raw, table, keep)
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object: not a Flight Recorder dump")
+        job.dumps[rank] = _dump_from_fr(doc, records, rank, path, table, keep)
+        v = str(doc.get("version"))
+        versions[v] = versions.get(v, 0) + 1
+        return None
+    except pickle.UnpicklingError as e:
+        return str(e) if isinstance(e, UnsafePickleError) else f"not a valid pickle: {e}"
+    except (EOFError, IndexError, TypeError, KeyError, AttributeError) as e:
+        return f"truncated or corrupt pickle: {type(e).__name__}: {e}" if raw[:1] == b"\x80" else \
+            f"not a usable Flight Recorder dump: {type(e).__name__}: {e}"
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        return describe_json_error(e, len(raw))
+    except ValueError as e:
+        return str(e)
+    except (RecursionError, MemoryError, OverflowError) as e:
+        return f"cannot be read: {type(e).__name__} (nested too deeply or too large)"
+    except Exception as e:  # a file must never take the diagnosis down: it is a data problem
+        return f"cannot be read: {type(e).__name__}: {e}"
 
 
 def _settle(job: LoadedJob) -> None:

@@ -13,7 +13,9 @@ from typing import Optional
 from .summary import RankDump, RankMeta
 from .types import CommKey, DataProblem
 
-__all__ = ["LoadedJob", "OptionsError"]
+__all__ = ["LoadedJob", "OptionsError", "MAX_WORLD_SIZE"]
+
+MAX_WORLD_SIZE = 1 << 20  # far beyond any job (16,384 ranks are diagnosed in seconds)
 
 
 class OptionsError(ValueError):
@@ -33,19 +35,24 @@ class LoadedJob:
     incident_time_ns: Optional[int] = None
     notes: list[str] = field(default_factory=list)
     meta_ranks: set[int] = field(default_factory=set)  # ranks with a metadata file (parsed or not)
+    # Ranks whose incident dump is there but unusable (corrupt, truncated, too new, refused):
+    # rank -> what is wrong. Such a rank was alive to write it; it is no evidence either way.
+    unusable: dict[int, str] = field(default_factory=dict)
     # Communicator membership and ring as most ranks report them (never one rank's word).
     members: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
     rings: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def world_size(self) -> Optional[int]:
-        sizes = [m.world_size for m in self.metas.values() if m.world_size]
-        sizes += [d.world_size for d in self.dumps.values() if d.world_size]
+        # Bounded: the stages walk range(world_size), and one file saying 10**18 must not hang them.
+        sizes = [m.world_size for m in self.metas.values() if m.world_size and 0 < m.world_size <= MAX_WORLD_SIZE]
+        sizes += [d.world_size for d in self.dumps.values() if d.world_size and 0 < d.world_size <= MAX_WORLD_SIZE]
         if sizes:
             return max(set(sizes), key=sizes.count)
         known = list(self.metas) + list(self.dumps)
         for members in self.members.values():
             known.extend(members)
+        known = [r for r in known if 0 <= r < MAX_WORLD_SIZE]
         return max(known) + 1 if known else None
 
     def host_of(self, rank: int) -> Optional[str]:

@@ -7,7 +7,10 @@ summaries hold no cycles; collections would rescan millions of young objects) an
 back on in a `finally`, whatever happens.
 
 Bad input never raises: a missing, truncated, non-JSON, wrong-schema or too-new
-file becomes a `DataProblem` naming the file and what is wrong with it.
+file becomes a `DataProblem` naming the file and what is wrong with it, and a rank
+whose dump is there but unusable is noted in `LoadedJob.unusable` (it was alive to
+write it: reach.py does not take it for dead). Nothing is read through a symbolic
+link or from anything but a regular file (untrusted.py).
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from .fastread import IntListTable, read_document
-from .job import LoadedJob, OptionsError
+from .job import MAX_WORLD_SIZE, LoadedJob, OptionsError
 from .summary import RankDump, RankMeta, SchemaError, dump_from_doc, meta_from_doc
 from .types import DataProblem, Options
+from .untrusted import RefusedPath, SafeDir, refusal
 
 __all__ = ["load_job", "list_incidents", "incident_time_ns", "describe_json_error", "rank_ranges", "paused_gc",
            "consensus"]
@@ -88,40 +92,85 @@ def consensus(values: Iterable[T]) -> Optional[T]:
     return by_id[counts.most_common(1)[0][0]]
 
 
-def _rank_files(folder: Path, problems: list[DataProblem]) -> list[tuple[int, Path]]:
-    out: list[tuple[int, Path]] = []
+def _rank_files(folder: SafeDir, problems: list[DataProblem], leftovers: bool = True,
+                refused: Optional[set[int]] = None) -> list[tuple[int, str]]:
+    """(rank, file name) of every regular `rank-<r>.json` in `folder`; links and the like are refused.
+
+    `leftovers`: also report temporary files (not for ranks/, rewritten while a job runs);
+    `refused` collects the ranks whose entry was refused.
+    """
+    out: list[tuple[int, str]] = []
     try:
-        names = sorted(os.listdir(folder))
+        entries = folder.entries()
     except OSError as e:
-        problems.append(DataProblem(str(folder), f"cannot list: {e.strerror or e}"))
+        problems.append(DataProblem(str(folder.path), f"cannot list: {e.strerror or e}"))
         return out
-    for name in names:
+    for name, kind in entries:
         m = RANK_FILE.match(name)
-        if m:
-            out.append((int(m.group(1)), folder / name))
-        elif "rank-" in name and (name.startswith(".") or ".tmp" in name or name.endswith("~")):
-            problems.append(DataProblem(str(folder / name),
+        if m and int(m.group(1)) >= MAX_WORLD_SIZE:
+            problems.append(DataProblem(str(folder.path / name), f"rank number out of range (at most "
+                                                                 f"{MAX_WORLD_SIZE - 1}): file ignored"))
+        elif m and kind == "a regular file":
+            out.append((int(m.group(1)), name))
+        elif m:
+            problems.append(DataProblem(str(folder.path / name), refusal(kind)))
+            if refused is not None:
+                refused.add(int(m.group(1)))
+        elif leftovers and "rank-" in name and (name.startswith(".") or ".tmp" in name or name.endswith("~")):
+            problems.append(DataProblem(str(folder.path / name),
                                         "leftover temporary file: its writer stopped before renaming it into place"))
     return out
 
 
-def list_incidents(job_dir: Path) -> list[str]:
+def _subdir(parent: SafeDir, name: str, problems: Optional[list[DataProblem]]) -> Optional[SafeDir]:
+    """`parent/name` entered without following a link; None (and a problem, if refused) otherwise."""
     try:
-        return sorted(p.name for p in (job_dir / "incidents").iterdir() if p.is_dir())
+        return parent.subdir(name)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if problems is not None:
+            problems.append(DataProblem(str(parent.path / name), e.strerror or str(e)))
+        return None
+
+
+def _incident_names(incidents: SafeDir, problems: Optional[list[DataProblem]]) -> list[str]:
+    try:
+        entries = incidents.entries()
+    except OSError as e:
+        if problems is not None:
+            problems.append(DataProblem(str(incidents.path), f"cannot list: {e.strerror or e}"))
+        return []
+    names = []
+    for name, kind in entries:
+        if kind == "a directory":
+            names.append(name)
+        elif kind == "a symbolic link" and problems is not None:
+            problems.append(DataProblem(str(incidents.path / name), "incident " + refusal(kind, "a directory")))
+    return names
+
+
+def list_incidents(job_dir: Path) -> list[str]:
+    """Incident ids under `job_dir/incidents` (real directories only; links are not incidents)."""
+    try:
+        with SafeDir.open_root(job_dir) as root:
+            inc = _subdir(root, "incidents", None)
+            if inc is None:
+                return []
+            with inc:
+                return _incident_names(inc, None)
     except OSError:
         return []
 
 
-def incident_time_ns(folder: Path) -> Optional[int]:
-    """Max `time_ns` over the incident's dumps (read from each file's head, not parsed)."""
+def _incident_time(folder: SafeDir) -> Optional[int]:
     best: Optional[int] = None
-    for _, path in _rank_files(folder, []):
+    for _, name in _rank_files(folder, []):
         try:
-            with open(path, "rb") as f:
-                head = f.read(_HEAD_BYTES)
-                m = _TIME_NS.search(head)
-                if m is None and len(head) == _HEAD_BYTES:
-                    m = _TIME_NS.search(head + f.read())
+            head = folder.read(name, _HEAD_BYTES)
+            m = _TIME_NS.search(head)
+            if m is None and len(head) == _HEAD_BYTES:
+                m = _TIME_NS.search(folder.read(name))
         except OSError:
             continue
         if m is not None:
@@ -130,36 +179,59 @@ def incident_time_ns(folder: Path) -> Optional[int]:
     return best
 
 
-def _read(path: Path, problems: list[DataProblem]) -> Optional[bytes]:
+def incident_time_ns(folder: Path) -> Optional[int]:
+    """Max `time_ns` over the incident's dumps (read from each file's head, not parsed)."""
+    folder = Path(folder)
     try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as e:
-        problems.append(DataProblem(str(path), f"cannot read: {e.strerror or e}"))
+        with SafeDir.open_root(folder.parent) as parent:
+            inc = _subdir(parent, folder.name, None)
+            if inc is None:
+                return None
+            with inc:
+                return _incident_time(inc)
+    except OSError:
         return None
 
 
-def _load_each(files: list[tuple[int, Path]], build: Callable[[int, Path, bytes], Any],
-               problems: list[DataProblem], tick: Callable[[], None]) -> dict[int, Any]:
+def _read(folder: SafeDir, name: str, problems: list[DataProblem]) -> Optional[bytes]:
+    try:
+        return folder.read(name)
+    except OSError as e:
+        problems.append(DataProblem(str(folder.path / name), f"cannot read: {e.strerror or e}"
+                                    if not isinstance(e, RefusedPath) else e.strerror or str(e)))
+        return None
+
+
+def _load_each(folder: SafeDir, files: list[tuple[int, str]], build: Callable[[int, str, bytes], Any],
+               problems: list[DataProblem], tick: Callable[[], None],
+               unusable: Optional[dict[int, str]] = None) -> dict[int, Any]:
+    """Build each file; a file that is there but cannot be used is a problem (and, if asked, noted per rank)."""
     out: dict[int, Any] = {}
-    for rank, path in files:
-        raw = _read(path, problems)
+    for rank, name in files:
+        path = str(folder.path / name)
+        before = len(problems)
+        raw = _read(folder, name, problems)
         tick()
-        if raw is None:
-            continue
-        try:
-            item = build(rank, path, raw)
-        except SchemaError as e:
-            problems.append(DataProblem(str(path), str(e)))
-            continue
-        except ValueError as e:
-            problems.append(DataProblem(str(path), describe_json_error(e, len(raw))))
-            continue
-        if item.rank != rank:
-            problems.append(DataProblem(str(path), f"the file name says rank {rank} but the document says rank "
-                                                   f"{item.rank}: file ignored"))
-            continue
-        out[rank] = item
+        if raw is not None:
+            try:
+                item = build(rank, path, raw)
+            except SchemaError as e:
+                problems.append(DataProblem(path, str(e)))
+            except ValueError as e:
+                problems.append(DataProblem(path, describe_json_error(e, len(raw))))
+            except (RecursionError, MemoryError) as e:
+                problems.append(DataProblem(path, f"cannot be read: {type(e).__name__} (nested too deeply or too "
+                                                  f"large)"))
+            except Exception as e:  # a file must never take the diagnosis down: it is a data problem
+                problems.append(DataProblem(path, f"cannot be used: {type(e).__name__}: {e}"))
+            else:
+                if item.rank == rank:
+                    out[rank] = item
+                    continue
+                problems.append(DataProblem(path, f"the file name says rank {rank} but the document says rank "
+                                                  f"{item.rank}: file ignored"))
+        if unusable is not None and len(problems) > before:
+            unusable[rank] = problems[-1].problem
     return out
 
 
@@ -168,27 +240,57 @@ def load_job(options: Options) -> LoadedJob:
     assert options.job_dir is not None
     job_dir = Path(options.job_dir)
     job = LoadedJob(job=options.job or job_dir.name, source="hetobs", root=job_dir)
-    if not job_dir.is_dir():
+    try:
+        root = SafeDir.open_root(job_dir)
+    except OSError as e:
         job.problems.append(DataProblem(str(job_dir), "job directory does not exist" if not job_dir.exists()
-                                        else "not a directory"))
+                                        else f"cannot open: {e.strerror or e}"))
         return job
-    table = IntListTable()
-    ranks_dir = job_dir / "ranks"
-    meta_files = _rank_files(ranks_dir, []) if ranks_dir.is_dir() else []
+    with root:
+        _load_into(job, root, options)
+    _check_consistency(job, job_dir)
+    _settle_comms(job)
+    return job
 
-    job.incidents = list_incidents(job_dir)
+
+def _load_into(job: LoadedJob, root: SafeDir, options: Options) -> None:
+    table = IntListTable()
+    ranks_dir = _subdir(root, "ranks", job.problems)
+    meta_files = _rank_files(ranks_dir, job.problems, leftovers=False) if ranks_dir is not None else []
+    incidents_dir = _subdir(root, "incidents", job.problems)
+    try:
+        _load_incident(job, root, ranks_dir, meta_files, incidents_dir, table, options)
+    finally:
+        for d in (ranks_dir, incidents_dir):
+            if d is not None:
+                d.close()
+
+
+def _load_incident(job: LoadedJob, root: SafeDir, ranks_dir: Optional[SafeDir], meta_files: list[tuple[int, str]],
+                   incidents_dir: Optional[SafeDir], table: IntListTable, options: Options) -> None:
+    job.incidents = _incident_names(incidents_dir, job.problems) if incidents_dir is not None else []
     chosen: Optional[str] = options.incident
     if chosen is not None and chosen not in job.incidents:
         have = ", ".join(job.incidents) or "none"
-        raise OptionsError(f"incident {chosen!r} not found under {job_dir / 'incidents'} (have: {have})")
+        raise OptionsError(f"incident {chosen!r} not found under {root.path / 'incidents'} (have: {have})")
     times: dict[str, Optional[int]] = {}
     if chosen is None and len(job.incidents) == 1:
         chosen = job.incidents[0]
     elif chosen is None and job.incidents:
-        times = {name: incident_time_ns(job_dir / "incidents" / name) for name in job.incidents}
+        assert incidents_dir is not None
+        for name in job.incidents:
+            sub = _subdir(incidents_dir, name, None)
+            times[name] = None
+            if sub is not None:
+                with sub:
+                    times[name] = _incident_time(sub)
         chosen = max(job.incidents, key=lambda n: (times[n] is not None, times[n] or 0, n))
     job.incident = chosen
-    dump_files = _rank_files(job_dir / "incidents" / chosen, job.problems) if chosen else []
+    incident_dir = _subdir(incidents_dir, chosen, job.problems) if chosen and incidents_dir is not None else None
+    refused: set[int] = set()
+    dump_files = _rank_files(incident_dir, job.problems, refused=refused) if incident_dir is not None else []
+    for r in refused:
+        job.unusable.setdefault(r, "its dump file was refused (not a regular file)")
 
     job.meta_ranks = {r for r, _ in meta_files}
     total = len(dump_files)
@@ -202,32 +304,36 @@ def load_job(options: Options) -> LoadedJob:
 
     keep = max(1, options.tail_entries)
 
-    def build_meta(rank: int, path: Path, raw: bytes) -> RankMeta:
+    def build_meta(rank: int, path: str, raw: bytes) -> RankMeta:
         doc, _, _ = read_document(raw, table, 0)
-        return meta_from_doc(doc, str(path))
+        return meta_from_doc(doc, path)
 
-    def build_dump(rank: int, path: Path, raw: bytes) -> RankDump:
+    def build_dump(rank: int, path: str, raw: bytes) -> RankDump:
         doc, records, _ = read_document(raw, table, keep)
-        return dump_from_doc(doc, records, str(path), keep)
+        return dump_from_doc(doc, records, path, keep)
 
-    with paused_gc():
-        job.dumps = _load_each(dump_files, build_dump, job.problems, tick)
-        # A dump carries its rank's host, pid and rings; metadata is only needed for the
-        # ranks that left none (and for all when there is no incident). At 16,384 ranks
-        # this skips parsing 16,384 more copies of the ring.
-        wanted = [(r, p) for r, p in meta_files if r not in job.dumps] if job.dumps else meta_files
-        total += len(wanted)
-        job.metas = _load_each(wanted, build_meta, job.problems, tick)
+    try:
+        with paused_gc():
+            if incident_dir is not None:
+                job.dumps = _load_each(incident_dir, dump_files, build_dump, job.problems, tick, job.unusable)
+            # A dump carries its rank's host, pid and rings; metadata is only needed for the
+            # ranks that left none (and for all when there is no incident). At 16,384 ranks
+            # this skips parsing 16,384 more copies of the ring.
+            wanted = [(r, p) for r, p in meta_files if r not in job.dumps] if job.dumps else meta_files
+            total += len(wanted)
+            if ranks_dir is not None:
+                job.metas = _load_each(ranks_dir, wanted, build_meta, job.problems, tick)
+    finally:
+        if incident_dir is not None:
+            incident_dir.close()
 
     if not meta_files:
-        job.problems.append(DataProblem(str(ranks_dir), "no rank metadata (ranks/rank-<r>.json): hosts, pids and "
-                                                        "clean exits are unknown; judging from dumps alone"))
-    _check_consistency(job, job_dir)
-    _settle_comms(job)
+        job.problems.append(DataProblem(str(root.path / "ranks"), "no rank metadata (ranks/rank-<r>.json): hosts, "
+                                                                  "pids and clean exits are unknown; judging from "
+                                                                  "dumps alone"))
     if job.dumps:
         ts = [d.time_ns for d in job.dumps.values() if d.time_ns]
         job.incident_time_ns = max(ts) if ts else times.get(chosen or "")
-    return job
 
 
 def _check_consistency(job: LoadedJob, job_dir: Path) -> None:
@@ -239,7 +345,8 @@ def _check_consistency(job: LoadedJob, job_dir: Path) -> None:
                                             f"missing metadata of rank(s) {rank_ranges(missing)} "
                                             f"(world size {ws})"))
     if ws and job.incident:
-        missing = [r for r in range(ws) if r not in job.dumps]
+        # unusable files are data problems of their own, listed by path
+        missing = [r for r in range(ws) if r not in job.dumps and r not in job.unusable]
         if missing:
             job.problems.append(DataProblem(str(job_dir / "incidents" / job.incident),
                                             f"no dump from rank(s) {rank_ranges(missing)} (world size {ws})"))

@@ -7,10 +7,17 @@ side-channel requests went unanswered, or its connections closed mid-op); a rank
 that answered its peers at the incident and vanished later is a culprit only when
 nothing else explains the hang (the engine decides that last). Ranks whose metadata
 says they exited cleanly are not faults.
+
+Two kinds of evidence say a rank was alive at the incident, and such a rank is never
+a culprit by itself: a dump that is there but unusable (truncated, corrupt, too new:
+it was alive to write it), and a stats-segment heartbeat later than the incident.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import stat
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -20,11 +27,13 @@ from .types import Options, Verdict, VerdictKind
 
 __all__ = ["Reach", "assess", "verdict_for"]
 
+_SEGMENT_PREFIX = "hetobs-stats-"
+
 
 @dataclass
 class Reach:
     rank: int
-    state: str  # dumped | exited | dead | stopped | silent | unknown
+    state: str  # dumped | dump_unusable | exited | exited_error | dead | stopped | silent | unknown
     unanswered_by: list[int] = field(default_factory=list)
     answered_by: list[int] = field(default_factory=list)
     closed_by: list[int] = field(default_factory=list)  # peers that saw its connection close mid-op
@@ -32,6 +41,8 @@ class Reach:
     exited_after: bool = False  # exited cleanly, but only after the incident
     evidence: list[str] = field(default_factory=list)
     local: bool = False  # on this host: its process could be checked
+    alive_after: bool = False  # its heartbeat (or exit) is later than the incident: it lived through it
+    exit_dt_s: Optional[float] = None  # a non-zero exit's time relative to the incident, when known
 
     @property
     def gone_at_incident(self) -> bool:
@@ -68,6 +79,11 @@ def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]],
             continue
         if not job.incident and job.source == "hetobs":
             continue  # no incident: nothing is missing
+        if r in job.unusable:
+            out[r] = Reach(r, "dump_unusable", evidence=[
+                f"rank {r}'s dump in incident {job.incident} is there but unusable ({job.unusable[r]}): it was "
+                f"alive at the incident to write it; no evidence against it"])
+            continue
         m = job.metas.get(r)
         reach = Reach(r, "unknown", sorted(unanswered.get(r, [])), sorted(answered.get(r, [])),
                       sorted(closed_by.get(r, [])), sorted((waited_by or {}).get(r, [])))
@@ -86,8 +102,10 @@ def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]],
             hb = _safe_heartbeat(options, m.stats_segment)
             if hb and job.incident_time_ns:
                 age = (job.incident_time_ns - hb) / 1e9
+                reach.alive_after = age < 0
                 reach.evidence.append(f"its stats segment's last watchdog heartbeat was {abs(age):.1f} s "
-                                      f"{'before' if age >= 0 else 'after'} the incident")
+                                      f"{'before' if age >= 0 else 'after'} the incident"
+                                      + (": it was alive at the incident" if age < 0 else ""))
         if m is not None and m.exited_cleanly:
             reach.state = "exited"
             when = ""
@@ -96,6 +114,18 @@ def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]],
                 when = f" {abs(dt):.1f} s {'after' if dt >= 0 else 'before'} the incident"
                 reach.exited_after = dt > 0
             reach.evidence.append(f"its metadata says it exited cleanly{when}")
+        elif m is not None and (m.exit_signal is not None or m.exit_code not in (None, 0)):
+            reach.state = "exited_error"
+            when = ""
+            if m.exit_time_ns and job.incident_time_ns:
+                dt = (m.exit_time_ns - job.incident_time_ns) / 1e9
+                when = f" {abs(dt):.1f} s {'after' if dt >= 0 else 'before'} the incident"
+                reach.exited_after = reach.alive_after = dt > 0
+                reach.exit_dt_s = dt
+            how = f"exited with status {m.exit_code}" if m.exit_signal is None else \
+                f"was killed by signal {m.exit_signal} ({_signal_name(m.exit_signal)})"
+            reach.evidence.append(f"its metadata says it {how}{when}"
+                                  + (": it was alive at the incident" if reach.exited_after else ""))
         elif m is not None and host_key and m.host_key == host_key:
             reach.local = True
             ps = process_state(options.proc_root, m.pid, m.process_start_time)
@@ -118,7 +148,24 @@ def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]],
     return out
 
 
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return "unknown signal"
+
+
 def _safe_heartbeat(options: Options, path: str) -> Optional[int]:
+    # The path comes from an untrusted rank file: only a regular hetobs stats segment
+    # (never a link, a FIFO that would block, or any other file) is handed on.
+    if not os.path.isabs(path) or not os.path.basename(path).startswith(_SEGMENT_PREFIX):
+        return None
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        mode = None  # absent: the reader finds nothing there on its own
+    if mode is not None and not stat.S_ISREG(mode):
+        return None
     try:
         assert options.heartbeat is not None
         return options.heartbeat(path)
@@ -130,7 +177,17 @@ def verdict_for(reach: Reach, nothing_else: bool) -> Optional[Verdict]:
     """The stage-1 verdict for a rank without a dump, or None when it is not a fault."""
     r = reach.rank
     ev = list(reach.evidence)
-    if reach.state == "exited":
+    if reach.state == "dump_unusable":
+        return None  # alive at the incident; an unreadable file is a data problem, not a culprit
+    if reach.state == "exited_error" and not reach.exited_after:
+        if reach.exit_dt_s is not None:
+            return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} exited with an error before the incident and "
+                                                       f"left no dump", ev, confidence=0.9)
+        if nothing_else:  # when it exited is unknown: maybe after the incident, as its victims do
+            return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} exited with an error and left no dump", ev,
+                           confidence=0.5)
+        return None
+    if reach.state in ("exited", "exited_error"):
         if reach.exited_after and reach.unanswered_by:
             ev.append("at the incident it answered no one although it lived on: it was stopped or stalled then")
             return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r} was unresponsive at the incident (it "
@@ -138,6 +195,8 @@ def verdict_for(reach: Reach, nothing_else: bool) -> Optional[Verdict]:
                            confidence=0.8 if reach.waited_by else 0.7)
         return None
     if reach.state == "dead":
+        if not reach.gone_at_incident and reach.alive_after:
+            return None  # it lived past the incident and died later (the scheduler's kill): not a culprit
         if reach.gone_at_incident or not reach.answered_by:
             conf = 0.95 if reach.gone_at_incident else 0.75
             return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} is dead: its process is gone and it left no dump",
@@ -163,7 +222,7 @@ def verdict_for(reach: Reach, nothing_else: bool) -> Optional[Verdict]:
         return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r} did not answer its peers and left no dump "
                                                            f"(dead or stopped: cannot check from this host)",
                        ev, confidence=0.7)
-    if nothing_else:
+    if nothing_else and not reach.alive_after:
         return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r} left no dump; nothing else explains the "
                                                            f"incident", ev, confidence=0.4)
     return None

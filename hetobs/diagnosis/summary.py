@@ -44,6 +44,15 @@ def _str(v: Any) -> Optional[str]:
     return v if isinstance(v, str) else None
 
 
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _list(v: Any) -> Any:
+    """A list field, or () when the file holds something else there (a mistyped field is absent)."""
+    return v if isinstance(v, (list, tuple)) else ()
+
+
 def _ranks(v: Any) -> tuple[int, ...]:
     if isinstance(v, (list, tuple)):
         return tuple(x for x in v if isinstance(x, int) and not isinstance(x, bool))
@@ -288,6 +297,8 @@ class RankMeta:
     start_time_ns: Optional[int] = None
     exited_cleanly: bool = False
     exit_time_ns: Optional[int] = None
+    exit_code: Optional[int] = None  # what the process passed to exit() (None: not recorded)
+    exit_signal: Optional[int] = None  # the fatal signal it died of, when it could record it
     hang_timeout_s: Optional[float] = None
     stats_segment: Optional[str] = None
     rings: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
@@ -354,7 +365,7 @@ def _in_flight(f: Any) -> Optional[InFlight]:
     rec = rec_from_entry(f)
     if rec.started_ns is None:
         rec = rec._replace(started_ns=_int(f.get("time_created_ns")) or None)
-    peers = tuple(pp for pp in (_peer_prog(p) for p in f.get("peers") or () if isinstance(p, dict)) if pp)
+    peers = tuple(pp for pp in (_peer_prog(p) for p in _list(f.get("peers")) if isinstance(p, dict)) if pp)
     return InFlight(rec, _str(f.get("algorithm")), _num(f.get("seconds_in_op")), peers, _str(f.get("phase")),
                     _relay(f.get("relay")))
 
@@ -363,7 +374,7 @@ def _relay(r: Any) -> tuple[RelayPeer, ...]:
     if not isinstance(r, dict):
         return ()
     out = []
-    for p in r.get("peers") or ():
+    for p in _list(r.get("peers")):
         if not isinstance(p, dict):
             continue
         peer = _int(p.get("global_peer"))
@@ -381,7 +392,7 @@ def _comm_view(c: dict[str, Any]) -> Optional[CommView]:
     if cid is None:
         return None
     links = []
-    for lk in c.get("links") or ():
+    for lk in _list(c.get("links")):
         if isinstance(lk, dict):
             peer = _int(lk.get("global_peer"))
             peer = _int(lk.get("peer")) if peer is None else peer
@@ -422,7 +433,7 @@ def dump_from_doc(doc: dict[str, Any], records: list[dict[str, Any]], path: str,
         python_status=_str(py.get("status")), where=innermost_frame(py.get("stacks")),
         world_size=_int(doc.get("world_size")), incident=_str(doc.get("incident")),
     )
-    for c in doc.get("comms") or ():
+    for c in _list(doc.get("comms")):
         if isinstance(c, dict):
             view = _comm_view(c)
             if view is not None:
@@ -462,8 +473,12 @@ def meta_from_doc(doc: Any, path: str) -> RankMeta:
         process_start_time=_int(doc.get("process_start_time")), start_time_ns=_int(doc.get("start_time_ns")),
         exited_cleanly=doc.get("exited_cleanly") is True, exit_time_ns=_int(doc.get("exit_time_ns")),
         hang_timeout_s=_num(doc.get("hang_timeout_s")), stats_segment=_str(doc.get("stats_segment")),
+        exit_code=_int(_dict(doc.get("exit_status")).get("code")),
+        exit_signal=_int(_dict(doc.get("exit_status")).get("signal")),
     )
-    for c in doc.get("comms") or ():
+    if m.exit_signal is not None or m.exit_code not in (None, 0):
+        m.exited_cleanly = False  # a non-zero exit is never clean, whatever an older writer said
+    for c in _list(doc.get("comms")):
         if isinstance(c, dict) and _int(c.get("comm_id")) is not None:
             ring, members = c.get("ring"), c.get("global_ranks")
             if isinstance(ring, (tuple, list)):

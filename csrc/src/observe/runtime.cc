@@ -1,11 +1,13 @@
 #include "hetobs/observe/runtime.h"
 
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <atomic>
 
+#include "hetobs/observe/exit_signal.h"
 #include "hetobs/observe/observed.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/error.h"
@@ -38,6 +40,19 @@ void onDumpSignal(int sig, siginfo_t* info, void* ctx) {
   }
 }
 
+// on_exit: the status passed to exit(), for this process only (a forked child inherits
+// the registration, and its exit is not this rank's).
+pid_t gExitPid = 0;
+void onProcessExit(int status, void*) {
+  if (getpid() != gExitPid) return;
+  if (Runtime* r = Runtime::get()) {
+    try {
+      r->noteExitStatus(status & 0xff);  // what the parent sees: exit(256) is a 0
+    } catch (...) {  // an exit must stay an exit
+    }
+  }
+}
+
 }  // namespace
 
 Runtime* Runtime::get() { return gRuntime.load(std::memory_order_acquire); }
@@ -62,6 +77,7 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg), jobDir_(cfg.dir, cfg.job
   sc.hang_timeout_s = cfg.hang_timeout_s;
   sc.record_capacity = cfg.records ? cfg.records : 1;
   stats_ = stats::Segment::create(sc);
+  segmentPath_ = stats_->path();
   Recorder::instance().attach(stats_->records(), sc.record_capacity, &stats_->header()->records_next);
   try {
     jobDir_.ensure();
@@ -84,6 +100,7 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg), jobDir_(cfg.dir, cfg.job
     if (sigaction(cfg.dump_signal, &sa, &gPrevAction) != 0)
       HETOBS_WARN("cannot install HETOBS_DUMP_SIGNAL=%d: %s", cfg.dump_signal, errnoString(errno).c_str());
   }
+  installExitSignalRecorder();
   startUnixSocket();
   watchdog_ = std::thread([this] { watchdogLoop(); });
   watchdog_.detach();
@@ -161,11 +178,25 @@ void Runtime::writeMetadata() {
   w.field("ip", me ? me->ip : std::string("127.0.0.1")).field("port", me ? me->port : 0);
   w.endObject();
   w.field("control_socket", unixPath_);
-  w.field("stats_segment", stats_->path());
+  w.field("stats_segment", segmentPath_);  // not stats_->path(): that is cleared once the segment is removed
   w.field("hang_timeout_s", cfg_.hang_timeout_s);
-  w.key("comms").beginArray();
-  for (auto& c : comms()) c->writeMetadata(w);
-  w.endArray();
+  // After exit the communicators may be gone (Python has torn its objects down by the time
+  // the exit status is known): the array is kept as it was last written while they lived.
+  std::string commsJson;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    commsJson = commsJson_;
+  }
+  if (!exited_.load() || commsJson.empty()) {
+    JsonWriter cw;
+    cw.beginArray();
+    for (auto& c : comms()) c->writeMetadata(cw);
+    cw.endArray();
+    commsJson = cw.take();
+    std::lock_guard<std::mutex> g(mu_);
+    commsJson_ = commsJson;
+  }
+  w.key("comms").raw(commsJson);
   w.key("peers").beginArray();  // every world rank's side channel, for `hetobs dump` and peers
   for (const Card& c : world) {
     w.beginObject().field("rank", c.rank).field("host", c.hostname).field("ip", c.ip).field("port", c.port);
@@ -173,15 +204,22 @@ void Runtime::writeMetadata() {
   }
   w.endArray();
   bool exited = exited_.load();
-  w.field("exited_cleanly", exited && cleanExit_);
-  if (exited) w.field("exit_time_ns", wallNs());
+  std::string head = exited ? std::string() : w.str();  // what a death by signal would leave (exit_signal.h)
+  w.field("exited_cleanly", exited && cleanExit_.load());
+  if (exited) w.field("exit_time_ns", exitWallNs_.load());
   else w.nullField("exit_time_ns");
+  int code = exitCode_.load();
+  if (code >= 0) w.key("exit_status").beginObject().field("code", code).endObject();
+  else w.nullField("exit_status");
   w.endObject();
   try {
     jobDir_.writeRankMetadata(cfg_.rank, w.str());
   } catch (const Error& e) {
     HETOBS_WARN("cannot write rank metadata: %s", e.what());
   }
+  if (!exited)
+    publishSignalRecord(jobDir_.rankFile(cfg_.rank), head + ",\"exited_cleanly\":false,\"exit_time_ns\":",
+                        ",\"exit_status\":{\"signal\":", "}}");
 }
 
 void Runtime::markExit(bool clean) {
@@ -192,11 +230,29 @@ void Runtime::markExit(bool clean) {
       if (state == DumpState::kWriting) waitForDump(lk, incident, 2000000000LL);
   }
   if (exited_.exchange(true)) return;
-  cleanExit_ = clean;
+  clearSignalRecord();  // from here on the exit status tells how it ended
+  cleanExit_ = clean && exitCode_.load() <= 0;
+  exitWallNs_ = wallNs();
   if (bwLog_) bwLog_->finish(monoNs());
   writeMetadata();
   stats_->markExited();
   if (!unixPath_.empty()) unlink(unixPath_.c_str());
+  // Registered now, at the end of the process, so it runs first among exit()'s handlers,
+  // before static objects registered earlier are destroyed.
+  if (gExitPid == 0) {
+    gExitPid = getpid();
+    if (on_exit(onProcessExit, nullptr) != 0) HETOBS_WARN("cannot watch this process's exit status");
+  }
+}
+
+void Runtime::noteExitStatus(int code) {
+  if (exitCode_.exchange(code) == code) return;  // told twice (a second handler): nothing new
+  if (!exited_.load()) {
+    markExit(code == 0);
+    return;
+  }
+  if (code != 0) cleanExit_ = false;
+  writeMetadata();
 }
 
 std::string Runtime::newIncidentId(const char* kind) const {

@@ -4,6 +4,7 @@
 #include <memory>
 #include <new>
 
+#include "hetobs/common/json.h"
 #include "hetobs/common/wire.h"
 
 namespace hetobs {
@@ -140,8 +141,10 @@ void Recorder::markFinished(uint64_t id, int64_t t_ns, bool ok, const char* erro
       r.busbw_gbps = r.algbw_gbps * busBwFactor(r.op, r.comm_size);
     }
     if (error) {
-      strncpy(r.error, error, sizeof(r.error) - 1);
-      r.error[sizeof(r.error) - 1] = 0;
+      // Cut at a character boundary: half a UTF-8 character would make the dump's text invalid.
+      size_t n = utf8PrefixLen(error, strlen(error), sizeof(r.error) - 1);
+      memcpy(r.error, error, n);
+      r.error[n] = 0;
     }
   });
 }

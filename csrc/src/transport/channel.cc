@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "hetobs/common/clock.h"
+#include "hetobs/common/json.h"
 
 namespace hetobs {
 
@@ -99,7 +100,7 @@ std::string abortFrame(const std::string& body) {
   FrameHeader h{};
   h.magic = kFrameMagic;
   h.kind = uint8_t(FrameKind::kAbort);
-  h.bytes = std::min(body.size(), kMaxAbortBody);
+  h.bytes = utf8PrefixLen(body.data(), body.size(), kMaxAbortBody);  // never half a character
   std::string buf(reinterpret_cast<char*>(&h), sizeof h);
   buf.append(body, 0, size_t(h.bytes));
   return buf;

@@ -1,6 +1,9 @@
 #pragma once
 // A small streaming JSON writer for dumps and metadata: no allocation per value
-// beyond the output string, correct string escaping, finite numbers only.
+// beyond the output string, correct string escaping, finite numbers only. Strings
+// are written as valid UTF-8 whatever they hold: error texts come from peers, the OS
+// and truncated buffers, and one bad byte must not make a reader reject a whole dump.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,6 +46,16 @@ class JsonWriter {
   bool afterKey_ = false;
 };
 
+// A JSON string literal of `s`; bytes that are not valid UTF-8 become \ufffd.
 std::string jsonEscape(const std::string& s);
+
+// `s` with every byte that is not part of valid UTF-8 replaced by U+FFFD, for text
+// handed to Python (which rejects invalid UTF-8 outright, turning an error into another).
+std::string utf8Valid(const std::string& s);
+
+// The longest prefix of s[0, n) of at most `max` bytes that does not end inside a
+// multi-byte UTF-8 character (for fixed-size text fields such as OpRecord::error).
+// No allocation: safe where the caller may not allocate.
+size_t utf8PrefixLen(const char* s, size_t n, size_t max);
 
 }  // namespace hetobs

@@ -85,8 +85,12 @@ class Runtime {
   // A communicator's stats slot in this rank's segment; private memory (kept in `fallback`)
   // when there is no runtime or the segment is full.
   static stats::CommStats* commStats(std::unique_ptr<stats::CommStats>* fallback, uint64_t id, int size, int rank);
-  // At exit: mark clean (or not), rewrite metadata, remove the stats segment.
+  // At exit: mark clean (or not), rewrite metadata, remove the stats segment. The first
+  // call also arranges for the process's exit status to be recorded (noteExitStatus).
   void markExit(bool clean);
+  // The status the process passed to exit(): recorded as exit_status.code; a non-zero one
+  // is not a clean exit, whatever markExit was told (sys.exit(1) looks clean to atexit).
+  void noteExitStatus(int code);
   void noteProgressAt(int64_t monoNs);  // last_progress_ns = that time (a clock read the caller made)
 
  private:
@@ -128,7 +132,11 @@ class Runtime {
   int unixFd_ = -1;
   std::string unixPath_;
   std::atomic<bool> exited_{false};
-  bool cleanExit_ = false;
+  std::atomic<bool> cleanExit_{false};
+  std::atomic<int> exitCode_{-1};  // -1: not known (running, or killed by a signal)
+  std::atomic<int64_t> exitWallNs_{0};
+  std::string commsJson_;  // the comms array as last written before exit (guarded by mu_)
+  std::string segmentPath_;  // where the stats segment is (or was, after exit)
   int64_t startWallNs_;
   std::thread watchdog_;
   std::thread unixThread_;
