@@ -4,7 +4,6 @@
 // through staging slots (relay/pipeline.h), or unpipelined (copy all, send all, copy
 // all: the baseline the benchmark compares with). Stage kNone skips the copies.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "hetobs/collectives/algorithm.h"
