@@ -221,7 +221,26 @@ def prog_bad_input(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
     return {"rank": comm.rank, "errors": errors}
 
 
-PROGRAMS = {"matrix": prog_matrix, "env_chunks": prog_env_chunks, "mismatch": prog_mismatch, "kill": prog_kill,
+def prog_timeout(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """Rank 0 relays with rank 1, which never calls relay (it waits at gate "done")."""
+    comm = ctx.init()
+    res: dict[str, Any] = {"rank": comm.rank, "error": None}
+    if comm.rank == 0:
+        t0 = time.monotonic()
+        try:
+            comm.relay([(1, np.ones(1 << 20, np.uint8))], [(1, np.zeros(1 << 20, np.uint8))], stage="host",
+                       timeout=1.0)
+        except Exception as e:
+            res["error"] = {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e)}
+        res["seconds"] = time.monotonic() - t0
+        ctx.event("timed_out")
+    else:
+        ctx.gate_wait("done")
+    comm.close()
+    return res
+
+
+PROGRAMS = {"timeout": prog_timeout, "matrix": prog_matrix, "env_chunks": prog_env_chunks, "mismatch": prog_mismatch, "kill": prog_kill,
             "stalled_copy": prog_stalled_copy, "bad_input": prog_bad_input}
 
 

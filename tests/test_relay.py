@@ -94,6 +94,17 @@ def test_killed_peer_mid_relay_raises_naming_it(launcher: Launcher, leak_check: 
     assert err["t"] - t_kill < 2.0, f"error came {err['t'] - t_kill:.2f} s after the kill"
 
 
+def test_peer_that_never_joins_times_out_naming_it(launcher: Launcher, leak_check: LeakCheck) -> None:
+    job = launcher("relay", 2, {"case": "timeout"}, transport="tcp", timeout=10.0, gates=["done"])
+    job.wait_event(0, "timed_out", timeout=30)
+    job.gate_open("done")
+    r0, _ = job.wait(timeout=30).check()
+    err = r0["error"]
+    assert err is not None and "OpTimeoutError" in err["mro"], r0
+    assert _names_rank(err["msg"], 1) and "relay" in err["msg"], err["msg"]
+    assert 1.0 <= r0["seconds"] < 5.0, r0["seconds"]  # the relay's own timeout, not HETOBS_TIMEOUT
+
+
 def test_dump_of_in_flight_relay_shows_where_data_stopped(launcher: Launcher, leak_check: LeakCheck,
                                                           fake_cuda: Path) -> None:
     """Rank 0 (stage cuda) has its device-to-host copies held by the stand-in: the dump shows its
