@@ -9,9 +9,11 @@ Rank bodies are in tests/relay_programs.py.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -133,3 +135,21 @@ def test_bad_arguments_are_value_errors(launcher: Launcher, leak_check: LeakChec
         assert "stage='gpu'" in errs[0] and "chunk_bytes=0" in errs[1] and "slots=-1" in errs[2], errs
         assert "cannot relay to itself" in errs[3] and "(peer, buffer) pair" in errs[4], errs
         assert "relay sends[0]" in errs[5] and "stage='cuda'" in errs[6], errs
+
+
+def test_bench_relay_cli_smoke(core: Any) -> None:
+    """`hetobs bench relay` runs every variant and reports consistent rows (a smoke test: no timing
+    is asserted)."""
+    p = subprocess.run([sys.executable, "-m", "hetobs.cli", "bench", "relay", "--sizes", "64K,1M", "--reps", "1",
+                        "--chunk", "256K", "--slots", "2", "--json"], capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert [r["size"] for r in rows] == [65536, 1 << 20], rows
+    for r in rows:
+        for k in ("pipelined", "unpipelined", "copy", "wire"):
+            assert r[k] > 0 and r["cores"][k] > 0, r
+        assert abs(r["ratio"] - r["pipelined"] / r["unpipelined"]) < 1e-9
+        assert abs(r["efficiency"] - r["pipelined"] / min(r["copy"], r["wire"])) < 1e-9
+    bad = subprocess.run([sys.executable, "-m", "hetobs.cli", "bench", "relay", "--chunk", "lots"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--chunk" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
