@@ -37,9 +37,12 @@ class FakeDevice:
         self.lib = ctypes.CDLL("libcudart.so.12")
         self.lib.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
         for name in ("fake_cuda_memcpy_async", "fake_cuda_memcpy_async_blocking", "fake_cuda_host_allocs",
-                     "fake_cuda_device_syncs", "fake_cuda_stream_syncs"):
+                     "fake_cuda_device_syncs", "fake_cuda_stream_syncs", "fake_cuda_stream_waits"):
             getattr(self.lib, name).restype = ctypes.c_long
         self.keep: list[Any] = []
+        s = ctypes.c_void_p()
+        assert self.lib.cudaStreamCreate(ctypes.byref(s)) == 0
+        self.stream = int(s.value or 0)  # "the application's stream", which produced the sources
 
     def alloc(self, data: np.ndarray | int) -> tuple[int, int]:
         n = data if isinstance(data, int) else data.size
@@ -55,7 +58,8 @@ class FakeDevice:
 
     def counters(self) -> dict[str, int]:
         return {k: int(getattr(self.lib, "fake_cuda_" + k)()) for k in
-                ("memcpy_async", "memcpy_async_blocking", "host_allocs", "device_syncs", "stream_syncs")}
+                ("memcpy_async", "memcpy_async_blocking", "host_allocs", "device_syncs", "stream_syncs",
+                 "stream_waits")}
 
 
 def _one_relay(comm: Any, stage: str, pipeline: bool, chunk: int, slots: int, dev: FakeDevice | None,
@@ -73,8 +77,9 @@ def _one_relay(comm: Any, stage: str, pipeline: bool, chunk: int, slots: int, de
             out = dev.alloc(size) if stage == "cuda" else np.full(size, 0xA5, np.uint8)
             recvs.append((p, out))
             expect.append((p, k, payload(p, me, k, size)))
+    extra = {"cuda_stream": dev.stream} if stage == "cuda" and dev is not None else {}
     res = comm.relay(sends, recvs, stage=stage, pipeline=pipeline, chunk_bytes=chunk, slots=slots,
-                     async_op=async_op)
+                     async_op=async_op, **extra)
     phases = res.result() if async_op else res
     label = f"stage={stage} pipeline={pipeline} async={async_op}"
     bad = []

@@ -61,6 +61,7 @@ def test_relay_is_bit_exact(launcher: Launcher, leak_check: LeakCheck, fake_cuda
         assert cuda["memcpy_async"] > 0 and cuda["memcpy_async_blocking"] == 0, cuda  # own non-blocking streams
         assert cuda["host_allocs"] >= 2, cuda  # pinned staging
         assert cuda["device_syncs"] == 0, cuda  # never cudaDeviceSynchronize
+        assert cuda["stream_waits"] >= 4, cuda  # copies ordered after the caller's stream, device-side
 
 
 def test_chunk_and_slot_settings_are_honoured(launcher: Launcher, leak_check: LeakCheck) -> None:

@@ -186,7 +186,13 @@ void relay(Communicator& c, const OpArgs& a) {
   st.slots.store(r.slots, std::memory_order_relaxed);
   checkLinks(c, r, peersOf(r));
   StagedPath* path = r.stage == RelayStage::kNone ? nullptr : &st.path(r.stage, r.device);
-  if (path) path->in->activate();  // both lanes share the device
+  if (path) {
+    path->in->activate();  // both lanes share the device
+    if (r.cuda_stream) {  // sources are written, and destinations may still be read, on the caller's stream
+      path->in->orderAfter(r.cuda_stream);
+      path->out->orderAfter(r.cuda_stream);
+    }
+  }
   int64_t in0 = path ? path->in->busyNs() : 0, out0 = path ? path->out->busyNs() : 0;
   try {
     if (r.pipeline) {
