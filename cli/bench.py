@@ -29,9 +29,12 @@ from hetobs.bench import (
     Progress,
     backend_unavailable,
     format_size,
+    parse_size,
     parse_sizes,
     run_bench,
 )
+
+from hetobs.bench.relay import RelayBenchResult
 
 from ._exit_codes import ExitCode
 from ._output import Output
@@ -141,6 +144,7 @@ def render(result: BenchResult, out: Console) -> None:
 
 @app.callback(invoke_without_command=True)
 def bench(
+    ctx: typer.Context,
     ranks: Annotated[int, typer.Option("--ranks", "-n", min=1, help="Ranks (processes) per backend.")] = 2,
     op: Annotated[str, typer.Option("--op", help=f"Collective: {', '.join(OPS)}.")] = "all_reduce",
     backends: Annotated[str, typer.Option("--backends", help=f"Comma-separated, from {', '.join(BACKENDS)}.")]
@@ -158,7 +162,10 @@ def bench(
     timeout: Annotated[float, typer.Option("--timeout", min=1.0, help="Seconds one batch may take before the "
                                                                       "backend is declared failed.")] = 120.0,
 ) -> None:
-    """Measure collectives on hetobs-shm, hetobs-tcp and Gloo, interleaved in one run."""
+    """Measure collectives on hetobs-shm, hetobs-tcp and Gloo, interleaved in one run.
+    `hetobs bench relay`: the pipelined host relay (see its --help)."""
+    if ctx.invoked_subcommand is not None:
+        return
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     say = Output(json_mode=as_json)
     if op not in OPS:
@@ -207,6 +214,67 @@ def bench(
         tty = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
         render(result, Console(file=sys.stdout, width=None if tty else 200, highlight=False, soft_wrap=False))
     raise typer.Exit(int(code))
+
+
+def render_relay(result: "RelayBenchResult", out: Console) -> None:
+    cfg = result.config
+    out.print(f"# hetobs bench relay: 2 ranks ({cfg.transport}) on {os.cpu_count() or 0} cores, each sends and "
+              f"receives SIZE; chunk {format_size(cfg.chunk_bytes)} x {cfg.slots} slots; {cfg.reps} reps, "
+              "interleaved", highlight=False)
+    out.print("# busbw = bytes per direction / time (max over ranks of the median); ratio = pipelined/unpipelined;"
+              " efficiency = pipelined / min(copy, wire); cores busy = CPU s of both ranks / wall s", highlight=False)
+    t = Table(show_edge=False, pad_edge=False)
+    for name in ("size", "pipelined", "unpipelined", "copy", "wire", "ratio", "efficiency",
+                 "cores busy p/u/c/w"):
+        t.add_column(name, justify="right")
+    for r in result.rows:
+        busy = "/".join(f"{r.cores.get(v, 0):.2f}" for v in ("pipelined", "unpipelined", "copy", "wire"))
+        t.add_row(format_size(r.size), f"{r.pipelined:.3f}", f"{r.unpipelined:.3f}", f"{r.copy:.3f}",
+                  f"{r.wire:.3f}", f"{r.ratio:.2f}", f"{r.efficiency:.2f}", busy)
+    out.print(t)
+
+
+@app.command("relay")
+def relay(
+    sizes: Annotated[Optional[str], typer.Option("--sizes", help="Comma-separated sizes, K/M/G suffixes "
+                                                                   "(default 1M,4M,16M,64M,256M).")] = None,
+    reps: Annotated[int, typer.Option("--reps", min=1, help="Repetitions (interleaved rounds).")] = 3,
+    chunk: Annotated[str, typer.Option("--chunk", help="Chunk size (HETOBS_RELAY_CHUNK_BYTES).")] = "4M",
+    slots: Annotated[int, typer.Option("--slots", min=1, help="Staging slots each way (HETOBS_RELAY_SLOTS).")]
+    = 16,
+    transport: Annotated[str, typer.Option("--transport", help="shm or tcp.")] = "shm",
+    as_json: Annotated[bool, typer.Option("--json", help="Print plain JSON rows on stdout instead of a table.")]
+    = False,
+    timeout: Annotated[float, typer.Option("--timeout", min=1.0, help="Seconds the whole run may take.")] = 900.0,
+) -> None:
+    """The pipelined host relay (stage host) against the unpipelined one and against each stage alone
+    (copy: chunk-sized memcpy on one copy thread; wire: the same bytes with stage none), 2 ranks."""
+    from hetobs.bench.relay import RELAY_SIZES, RelayBenchConfig, run_relay_bench
+
+    say = Output(json_mode=as_json)
+    if transport not in ("shm", "tcp"):
+        raise typer.BadParameter(f"{transport!r} is not one of shm, tcp", param_hint="--transport")
+    try:
+        size_list = parse_sizes(sizes) if sizes is not None else RELAY_SIZES
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--sizes") from None
+    try:
+        chunk_bytes = parse_size(chunk)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--chunk") from None
+    if chunk_bytes < 1:
+        raise typer.BadParameter("must be at least 1 byte", param_hint="--chunk")
+    cfg = RelayBenchConfig(sizes=size_list, reps=reps, chunk_bytes=chunk_bytes, slots=slots, transport=transport,
+                           timeout_s=timeout)
+    result = run_relay_bench(cfg)
+    if result.failure is not None:
+        say.error(f"relay benchmark failed: {result.failure}")
+        raise typer.Exit(int(ExitCode.INTERNAL))
+    if as_json:
+        say.json(result.to_dicts())
+    else:
+        render_relay(result, Console(file=sys.stdout, width=200, highlight=False, soft_wrap=False))
+    raise typer.Exit(int(ExitCode.OK))
 
 
 if __name__ == "__main__":

@@ -86,6 +86,25 @@ def _current_cuda_device() -> int:
         return -1
 
 
+def _cuda_stream_handle(stream: Any) -> int:
+    """cudaStream_t of `stream` (a torch.cuda.Stream, an int handle, or None: torch's current
+    stream when torch with CUDA is already imported, else 0: no ordering)."""
+    import sys
+
+    if stream is None:
+        torch = sys.modules.get("torch")
+        try:
+            if torch is None or not torch.cuda.is_available():
+                return 0
+            stream = torch.cuda.current_stream()
+        except Exception:  # a torch without CUDA support
+            return 0
+    handle = getattr(stream, "cuda_stream", stream)
+    if isinstance(handle, bool) or not isinstance(handle, int) or handle < 0:
+        raise ValueError(f"cuda_stream={stream!r}: expected a torch.cuda.Stream or a cudaStream_t handle (int)")
+    return handle
+
+
 def _block(count: int, size: int, index: int) -> tuple[int, int]:
     """(offset, length) of block `index` when `count` elements are split over `size` ranks
     as numpy.array_split does: the first count % size blocks get one more element."""
@@ -234,7 +253,8 @@ class Communicator:
 
     def relay(self, sends: Sequence[tuple[int, Any]], recvs: Sequence[tuple[int, Any]], *, stage: str = "none",
               pipeline: bool = True, chunk_bytes: int | None = None, slots: int | None = None,
-              timeout: float | None = None, async_op: bool = False) -> "dict[str, int] | Work":
+              timeout: float | None = None, async_op: bool = False,
+              cuda_stream: Any = None) -> "dict[str, int] | Work":
         """Move bytes: each (peer, buf) of `sends` lands in the matching (this rank, buf) of the
         peer's `recvs`, all at once, as one op (p2p-style: only the ranks that call it take part).
 
@@ -243,7 +263,10 @@ class Communicator:
         (data_ptr, nbytes) or a CUDA tensor. pipeline=True cuts messages into `chunk_bytes` chunks
         (default HETOBS_RELAY_CHUNK_BYTES) through `slots` staging slots each way (default
         HETOBS_RELAY_SLOTS) so copy-in, wire and copy-out overlap; False copies all, sends all,
-        copies all. Returns the phases {"d2h_ns", "wire_ns", "h2d_ns", "wall_ns", "chunks",
+        copies all. stage "cuda": the relay's copies run on streams of its own, ordered after the work
+        queued so far on `cuda_stream` (a torch.cuda.Stream, or a raw cudaStream_t as int; default
+        torch's current stream when torch is imported), with no host synchronisation; the data has
+        landed in device memory when the relay returns. Returns the phases {"d2h_ns", "wire_ns", "h2d_ns", "wall_ns", "chunks",
         "bytes_sent", "bytes_recv"}, or with async_op a Work whose result() returns them."""
         if stage not in RELAY_STAGES:
             raise ValueError(f"stage={stage!r}: expected one of {', '.join(RELAY_STAGES)}")
@@ -254,8 +277,9 @@ class Communicator:
         s_list = self._relay_list(sends, "sends", stage, keep, writable=False)
         r_list = self._relay_list(recvs, "recvs", stage, keep, writable=True)
         device = _current_cuda_device() if stage == "cuda" else -1
+        stream = _cuda_stream_handle(cuda_stream) if stage == "cuda" else 0
         native = self._native.relay(s_list, r_list, RELAY_STAGES[stage], bool(pipeline), chunk, nslots,
-                                    -1.0 if timeout is None else float(timeout), async_op, device)
+                                    -1.0 if timeout is None else float(timeout), async_op, device, stream)
         if async_op:
             return Work(native, tuple(keep))
         return dict(native)

@@ -37,9 +37,12 @@ class FakeDevice:
         self.lib = ctypes.CDLL("libcudart.so.12")
         self.lib.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
         for name in ("fake_cuda_memcpy_async", "fake_cuda_memcpy_async_blocking", "fake_cuda_host_allocs",
-                     "fake_cuda_device_syncs", "fake_cuda_stream_syncs"):
+                     "fake_cuda_device_syncs", "fake_cuda_stream_syncs", "fake_cuda_stream_waits"):
             getattr(self.lib, name).restype = ctypes.c_long
         self.keep: list[Any] = []
+        s = ctypes.c_void_p()
+        assert self.lib.cudaStreamCreate(ctypes.byref(s)) == 0
+        self.stream = int(s.value or 0)  # "the application's stream", which produced the sources
 
     def alloc(self, data: np.ndarray | int) -> tuple[int, int]:
         n = data if isinstance(data, int) else data.size
@@ -55,7 +58,8 @@ class FakeDevice:
 
     def counters(self) -> dict[str, int]:
         return {k: int(getattr(self.lib, "fake_cuda_" + k)()) for k in
-                ("memcpy_async", "memcpy_async_blocking", "host_allocs", "device_syncs", "stream_syncs")}
+                ("memcpy_async", "memcpy_async_blocking", "host_allocs", "device_syncs", "stream_syncs",
+                 "stream_waits")}
 
 
 def _one_relay(comm: Any, stage: str, pipeline: bool, chunk: int, slots: int, dev: FakeDevice | None,
@@ -73,8 +77,9 @@ def _one_relay(comm: Any, stage: str, pipeline: bool, chunk: int, slots: int, de
             out = dev.alloc(size) if stage == "cuda" else np.full(size, 0xA5, np.uint8)
             recvs.append((p, out))
             expect.append((p, k, payload(p, me, k, size)))
+    extra = {"cuda_stream": dev.stream} if stage == "cuda" and dev is not None else {}
     res = comm.relay(sends, recvs, stage=stage, pipeline=pipeline, chunk_bytes=chunk, slots=slots,
-                     async_op=async_op)
+                     async_op=async_op, **extra)
     phases = res.result() if async_op else res
     label = f"stage={stage} pipeline={pipeline} async={async_op}"
     bad = []
@@ -221,7 +226,26 @@ def prog_bad_input(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
     return {"rank": comm.rank, "errors": errors}
 
 
-PROGRAMS = {"matrix": prog_matrix, "env_chunks": prog_env_chunks, "mismatch": prog_mismatch, "kill": prog_kill,
+def prog_timeout(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """Rank 0 relays with rank 1, which never calls relay (it waits at gate "done")."""
+    comm = ctx.init()
+    res: dict[str, Any] = {"rank": comm.rank, "error": None}
+    if comm.rank == 0:
+        t0 = time.monotonic()
+        try:
+            comm.relay([(1, np.ones(1 << 20, np.uint8))], [(1, np.zeros(1 << 20, np.uint8))], stage="host",
+                       timeout=1.0)
+        except Exception as e:
+            res["error"] = {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "msg": str(e)}
+        res["seconds"] = time.monotonic() - t0
+        ctx.event("timed_out")
+    else:
+        ctx.gate_wait("done")
+    comm.close()
+    return res
+
+
+PROGRAMS = {"timeout": prog_timeout, "matrix": prog_matrix, "env_chunks": prog_env_chunks, "mismatch": prog_mismatch, "kill": prog_kill,
             "stalled_copy": prog_stalled_copy, "bad_input": prog_bad_input}
 
 

@@ -9,9 +9,11 @@ Rank bodies are in tests/relay_programs.py.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +61,7 @@ def test_relay_is_bit_exact(launcher: Launcher, leak_check: LeakCheck, fake_cuda
         assert cuda["memcpy_async"] > 0 and cuda["memcpy_async_blocking"] == 0, cuda  # own non-blocking streams
         assert cuda["host_allocs"] >= 2, cuda  # pinned staging
         assert cuda["device_syncs"] == 0, cuda  # never cudaDeviceSynchronize
+        assert cuda["stream_waits"] >= 4, cuda  # copies ordered after the caller's stream, device-side
 
 
 def test_chunk_and_slot_settings_are_honoured(launcher: Launcher, leak_check: LeakCheck) -> None:
@@ -94,6 +97,17 @@ def test_killed_peer_mid_relay_raises_naming_it(launcher: Launcher, leak_check: 
     assert err["t"] - t_kill < 2.0, f"error came {err['t'] - t_kill:.2f} s after the kill"
 
 
+def test_peer_that_never_joins_times_out_naming_it(launcher: Launcher, leak_check: LeakCheck) -> None:
+    job = launcher("relay", 2, {"case": "timeout"}, transport="tcp", timeout=10.0, gates=["done"])
+    job.wait_event(0, "timed_out", timeout=30)
+    job.gate_open("done")
+    r0, _ = job.wait(timeout=30).check()
+    err = r0["error"]
+    assert err is not None and "OpTimeoutError" in err["mro"], r0
+    assert _names_rank(err["msg"], 1) and "relay" in err["msg"], err["msg"]
+    assert 1.0 <= r0["seconds"] < 5.0, r0["seconds"]  # the relay's own timeout, not HETOBS_TIMEOUT
+
+
 def test_dump_of_in_flight_relay_shows_where_data_stopped(launcher: Launcher, leak_check: LeakCheck,
                                                           fake_cuda: Path) -> None:
     """Rank 0 (stage cuda) has its device-to-host copies held by the stand-in: the dump shows its
@@ -122,3 +136,21 @@ def test_bad_arguments_are_value_errors(launcher: Launcher, leak_check: LeakChec
         assert "stage='gpu'" in errs[0] and "chunk_bytes=0" in errs[1] and "slots=-1" in errs[2], errs
         assert "cannot relay to itself" in errs[3] and "(peer, buffer) pair" in errs[4], errs
         assert "relay sends[0]" in errs[5] and "stage='cuda'" in errs[6], errs
+
+
+def test_bench_relay_cli_smoke(core: Any) -> None:
+    """`hetobs bench relay` runs every variant and reports consistent rows (a smoke test: no timing
+    is asserted)."""
+    p = subprocess.run([sys.executable, "-m", "hetobs.cli", "bench", "relay", "--sizes", "64K,1M", "--reps", "1",
+                        "--chunk", "256K", "--slots", "2", "--json"], capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert [r["size"] for r in rows] == [65536, 1 << 20], rows
+    for r in rows:
+        for k in ("pipelined", "unpipelined", "copy", "wire"):
+            assert r[k] > 0 and r["cores"][k] > 0, r
+        assert abs(r["ratio"] - r["pipelined"] / r["unpipelined"]) < 1e-9
+        assert abs(r["efficiency"] - r["pipelined"] / min(r["copy"], r["wire"])) < 1e-9
+    bad = subprocess.run([sys.executable, "-m", "hetobs.cli", "bench", "relay", "--chunk", "lots"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--chunk" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr

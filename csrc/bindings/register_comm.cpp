@@ -66,7 +66,8 @@ py::dict phasesDict(const RelayPhases& p) {
 using MessageList = std::vector<std::tuple<int, uintptr_t, size_t>>;  // (peer, address, bytes)
 
 std::shared_ptr<RelayRequest> makeRelay(const Communicator& c, const MessageList& sends, const MessageList& recvs,
-                                        int stage, bool pipeline, size_t chunk, size_t slots, int device) {
+                                        int stage, bool pipeline, size_t chunk, size_t slots, int device,
+                                        uintptr_t cudaStream) {
   if (stage < 0 || stage > int(RelayStage::kCuda)) throw py::value_error("invalid relay stage code " + std::to_string(stage));
   if (chunk < 1) throw py::value_error("relay chunk_bytes must be at least 1");
   if (slots < 1) throw py::value_error("relay slots must be at least 1");
@@ -76,6 +77,7 @@ std::shared_ptr<RelayRequest> makeRelay(const Communicator& c, const MessageList
   r->chunk_bytes = chunk;
   r->slots = slots;
   r->device = device;
+  r->cuda_stream = reinterpret_cast<void*>(cudaStream);
   for (const auto& pair : {std::make_pair(&sends, &r->sends), std::make_pair(&recvs, &r->recvs)}) {
     for (const auto& [peer, addr, bytes] : *pair.first) {
       if (peer < 0 || peer >= c.size() || peer == c.rank())
@@ -228,8 +230,8 @@ void registerComm(py::module_& m) {
       .def(
           "relay",
           [](Communicator& c, const MessageList& sends, const MessageList& recvs, int stage, bool pipeline,
-             size_t chunk, size_t slots, double timeout, bool async, int device) -> py::object {
-            auto req = makeRelay(c, sends, recvs, stage, pipeline, chunk, slots, device);
+             size_t chunk, size_t slots, double timeout, bool async, int device, uintptr_t cudaStream) -> py::object {
+            auto req = makeRelay(c, sends, recvs, stage, pipeline, chunk, slots, device, cudaStream);
             OpArgs a;
             a.op = OpKind::kRelay;
             a.dtype = DType::kUint8;
@@ -246,7 +248,8 @@ void registerComm(py::module_& m) {
             return py::cast(RelayWork{w, req});
           },
           py::arg("sends"), py::arg("recvs"), py::arg("stage"), py::arg("pipeline"), py::arg("chunk_bytes"),
-          py::arg("slots"), py::arg("timeout"), py::arg("async_op"), py::arg("device") = -1)
+          py::arg("slots"), py::arg("timeout"), py::arg("async_op"), py::arg("device") = -1,
+          py::arg("cuda_stream") = 0)
       .def(
           "split",
           [](Communicator& c, int color, int key) {

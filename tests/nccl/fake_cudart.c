@@ -163,3 +163,10 @@ long fake_cuda_memcpy_async(void) { return g_memcpy_async; }
 long fake_cuda_memcpy_async_blocking(void) { return g_memcpy_async_blocking; }
 long fake_cuda_host_allocs(void) { return g_host_allocs; }
 long fake_cuda_device_syncs(void) { return g_device_syncs; }
+static volatile long g_stream_waits = 0;
+int cudaStreamWaitEvent(void* stream, void* ev, unsigned int flags) {
+  (void)stream; (void)ev; (void)flags;
+  __sync_fetch_and_add(&g_stream_waits, 1);
+  return 0;
+}
+long fake_cuda_stream_waits(void) { return g_stream_waits; }

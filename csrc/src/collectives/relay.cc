@@ -4,7 +4,6 @@
 // through staging slots (relay/pipeline.h), or unpipelined (copy all, send all, copy
 // all: the baseline the benchmark compares with). Stage kNone skips the copies.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "hetobs/collectives/algorithm.h"
@@ -104,16 +103,25 @@ void waitLane(Communicator& c, CopyLane& lane, uint64_t ticket) {
 
 size_t piecesOf(size_t bytes, size_t chunk) { return bytes ? (bytes + chunk - 1) / chunk : 1; }
 
+// Count `msgs` in chunk-sized pieces into one stage counter of each peer.
+void countPieces(std::vector<RelayPeerCounters>& pc, const std::vector<RelayMessage>& msgs, size_t chunk,
+                 std::atomic<uint64_t> RelayPeerCounters::*stage) {
+  for (const RelayMessage& m : msgs)
+    (pc[size_t(m.peer)].*stage).fetch_add(piecesOf(m.bytes, chunk), std::memory_order_relaxed);
+}
+
 // Copy all, send all, copy all.
 void relayUnpipelined(Communicator& c, RelayRequest& r, RelayState& st, StagedPath* path) {
   auto& pc = st.peers();
   size_t sendTotal = 0, recvTotal = 0;
   for (const RelayMessage& m : r.sends) sendTotal += m.bytes;
   for (const RelayMessage& m : r.recvs) recvTotal += m.bytes;
-  for (const RelayMessage& m : r.sends) pc[size_t(m.peer)].send_chunks.fetch_add(piecesOf(m.bytes, r.chunk_bytes), std::memory_order_relaxed);
-  for (const RelayMessage& m : r.recvs) pc[size_t(m.peer)].recv_chunks.fetch_add(piecesOf(m.bytes, r.chunk_bytes), std::memory_order_relaxed);
-  uint8_t* sb = path && !r.sends.empty() ? path->send_bulk.ensure(*path->in, std::max<size_t>(sendTotal, 1)) : nullptr;
-  uint8_t* rb = path && !r.recvs.empty() ? path->recv_bulk.ensure(*path->out, std::max<size_t>(recvTotal, 1)) : nullptr;
+  countPieces(pc, r.sends, r.chunk_bytes, &RelayPeerCounters::send_chunks);
+  countPieces(pc, r.recvs, r.chunk_bytes, &RelayPeerCounters::recv_chunks);
+  uint8_t* sb = path && !r.sends.empty() ? path->send_bulk.ensure(*path->in, std::max<size_t>(sendTotal, 1))
+                                         : nullptr;
+  uint8_t* rb = path && !r.recvs.empty() ? path->recv_bulk.ensure(*path->out, std::max<size_t>(recvTotal, 1))
+                                         : nullptr;
   // Copy in, in chunk-sized pieces (the same per-copy cost the pipeline pays).
   if (path) {
     size_t off = 0;
@@ -124,8 +132,7 @@ void relayUnpipelined(Communicator& c, RelayRequest& r, RelayState& st, StagedPa
       off += m.bytes;
     }
     waitLane(c, *path->in, last);
-    for (const RelayMessage& m : r.sends)
-      pc[size_t(m.peer)].copied_in.fetch_add(piecesOf(m.bytes, r.chunk_bytes), std::memory_order_relaxed);
+    countPieces(pc, r.sends, r.chunk_bytes, &RelayPeerCounters::copied_in);
   }
   // Send all: whole messages.
   std::vector<SendItem> s(r.sends.size());
@@ -147,8 +154,8 @@ void relayUnpipelined(Communicator& c, RelayRequest& r, RelayState& st, StagedPa
   int64_t w0 = monoNs();
   c.exchange(s.data(), s.size(), q.data(), q.size());
   r.phases.wire_ns = monoNs() - w0;
-  for (const RelayMessage& m : r.sends) pc[size_t(m.peer)].sent.fetch_add(piecesOf(m.bytes, r.chunk_bytes), std::memory_order_relaxed);
-  for (const RelayMessage& m : r.recvs) pc[size_t(m.peer)].received.fetch_add(piecesOf(m.bytes, r.chunk_bytes), std::memory_order_relaxed);
+  countPieces(pc, r.sends, r.chunk_bytes, &RelayPeerCounters::sent);
+  countPieces(pc, r.recvs, r.chunk_bytes, &RelayPeerCounters::received);
   // Copy out.
   if (path) {
     off = 0;
@@ -159,8 +166,7 @@ void relayUnpipelined(Communicator& c, RelayRequest& r, RelayState& st, StagedPa
       off += m.bytes;
     }
     waitLane(c, *path->out, last);
-    for (const RelayMessage& m : r.recvs)
-      pc[size_t(m.peer)].copied_out.fetch_add(piecesOf(m.bytes, r.chunk_bytes), std::memory_order_relaxed);
+    countPieces(pc, r.recvs, r.chunk_bytes, &RelayPeerCounters::copied_out);
   }
 }
 
@@ -187,7 +193,13 @@ void relay(Communicator& c, const OpArgs& a) {
   st.slots.store(r.slots, std::memory_order_relaxed);
   checkLinks(c, r, peersOf(r));
   StagedPath* path = r.stage == RelayStage::kNone ? nullptr : &st.path(r.stage, r.device);
-  if (path) path->in->activate();  // both lanes share the device
+  if (path) {
+    path->in->activate();  // both lanes share the device
+    if (r.cuda_stream) {  // sources are written, and destinations may still be read, on the caller's stream
+      path->in->orderAfter(r.cuda_stream);
+      path->out->orderAfter(r.cuda_stream);
+    }
+  }
   int64_t in0 = path ? path->in->busyNs() : 0, out0 = path ? path->out->busyNs() : 0;
   try {
     if (r.pipeline) {

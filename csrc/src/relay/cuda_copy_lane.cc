@@ -37,6 +37,7 @@ struct CudaApi {
   cudaError_t (*eventQuery)(cudaEvent_t);
   cudaError_t (*eventSynchronize)(cudaEvent_t);
   cudaError_t (*eventDestroy)(cudaEvent_t);
+  cudaError_t (*streamWaitEvent)(cudaStream_t, cudaEvent_t, unsigned);
   cudaError_t (*hostAlloc)(void**, size_t, unsigned);
   cudaError_t (*freeHost)(void*);
   cudaError_t (*getLastError)();
@@ -75,6 +76,7 @@ const CudaApi& cudaApi() {
               sym(lib, "cudaEventQuery", &a->eventQuery, &missing) &
               sym(lib, "cudaEventSynchronize", &a->eventSynchronize, &missing) &
               sym(lib, "cudaEventDestroy", &a->eventDestroy, &missing) &
+              sym(lib, "cudaStreamWaitEvent", &a->streamWaitEvent, &missing) &
               sym(lib, "cudaHostAlloc", &a->hostAlloc, &missing) & sym(lib, "cudaFreeHost", &a->freeHost, &missing) &
               sym(lib, "cudaGetLastError", &a->getLastError, &missing) &
               sym(lib, "cudaGetErrorString", &a->getErrorString, &missing);
@@ -96,6 +98,7 @@ class CudaCopyLane final : public CopyLane {
     activate();
     check(rt_.streamCreateWithFlags(&stream_, kStreamNonBlocking), "cudaStreamCreateWithFlags");
     for (auto& e : events_) check(rt_.eventCreateWithFlags(&e, kEventDisableTiming), "cudaEventCreateWithFlags");
+    check(rt_.eventCreateWithFlags(&after_, kEventDisableTiming), "cudaEventCreateWithFlags");
   }
   ~CudaCopyLane() override {
     try {
@@ -104,6 +107,7 @@ class CudaCopyLane final : public CopyLane {
     }
     for (auto& e : events_)
       if (e) rt_.eventDestroy(e);
+    if (after_) rt_.eventDestroy(after_);
     if (stream_) rt_.streamDestroy(stream_);
   }
 
@@ -111,6 +115,10 @@ class CudaCopyLane final : public CopyLane {
     if (device_ < 0) return;
     int cur = -1;
     if (rt_.getDevice(&cur) != kSuccess || cur != device_) check(rt_.setDevice(device_), "cudaSetDevice");
+  }
+  void orderAfter(void* stream) override {
+    check(rt_.eventRecord(after_, stream), "cudaEventRecord");
+    check(rt_.streamWaitEvent(stream_, after_, 0), "cudaStreamWaitEvent");  // a device-side wait
   }
   uint64_t post(void* dst, const void* src, size_t n) override {
     uint64_t t = posted_ + 1;
@@ -162,6 +170,7 @@ class CudaCopyLane final : public CopyLane {
   int device_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t events_[kEvents]{};
+  cudaEvent_t after_ = nullptr;  // marks the caller's stream for orderAfter()
   uint64_t posted_ = 0, done_ = 0;
   int64_t busy_ = 0, busyFrom_ = 0;
 };

@@ -120,7 +120,7 @@ bool RelayPipeline::retireRecvs() {
   return moved;
 }
 
-bool RelayPipeline::admitSends(int64_t) {
+bool RelayPipeline::admitSends() {
   bool moved = false;
   auto toWire = [&](size_t idx, const uint8_t* data) {
     SendItem s{};
@@ -180,9 +180,9 @@ bool RelayPipeline::admitRecvs() {
 bool RelayPipeline::pump() {
   bool moved = retireSends();
   moved |= retireRecvs();
-  int64_t now = monoNs();
-  moved |= admitSends(now);
+  moved |= admitSends();
   moved |= admitRecvs();
+  int64_t now = monoNs();
   bool on = !sendWin_.empty() || !recvWin_.empty();
   if (on && !wireOn_) {
     wireOn_ = true;

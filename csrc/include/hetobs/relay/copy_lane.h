@@ -20,6 +20,9 @@ class CopyLane {
   virtual ~CopyLane() = default;
   // Called on the thread about to post copies (kCuda: makes the lane's device current).
   virtual void activate() {}
+  // Make the copies posted from now on wait for the work queued so far on `stream` (the
+  // caller's CUDA stream, which produced the sources), without blocking the host.
+  virtual void orderAfter(void* stream) { (void)stream; }
   // Queue a copy; returns its ticket (1, 2, ... over the lane's life). Waits for room
   // when `capacity()` copies are outstanding.
   virtual uint64_t post(void* dst, const void* src, size_t n) = 0;

@@ -44,7 +44,7 @@ class RelayPipeline final : public ExchangeFeed {
   void drain();
 
  private:
-  bool admitSends(int64_t now);
+  bool admitSends();
   bool admitRecvs();
   bool retireSends();
   bool retireRecvs();

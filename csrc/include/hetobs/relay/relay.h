@@ -47,6 +47,7 @@ struct RelayRequest {
   size_t chunk_bytes = 4 << 20;
   size_t slots = 16;
   int device = -1;  // kCuda: the device made current on the thread that runs the op
+  void* cuda_stream = nullptr;  // kCuda: the caller's stream; the relay's copies start after its work
   RelayPhases phases;
 };
 
