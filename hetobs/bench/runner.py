@@ -59,6 +59,19 @@ BACKENDS: dict[str, tuple[str, str | None]] = {
     "hetobs-tcp": ("hetobs", "tcp"),
     "hetobs": ("hetobs", "auto"),
     "gloo": ("gloo", None),
+    # "hetobs_islands" over the same ranks cut into two islands (first half, second half),
+    # Gloo inside each: host tensors straight on the relay's wire; staged through the relay's
+    # copies (what device memory takes), pipelined; and staged unpipelined (copy all, send
+    # all, copy all).
+    "islands": ("islands", "auto"),
+    "islands-staged": ("islands", "auto"),
+    "islands-unpipelined": ("islands", "auto"),
+}
+#: Extra environment of the island variants.
+ISLAND_ENV: dict[str, dict[str, str]] = {
+    "islands": {"HETOBS_RELAY_STAGE": "auto"},
+    "islands-staged": {"HETOBS_RELAY_STAGE": "host", "HETOBS_RELAY_PIPELINE": "1"},
+    "islands-unpipelined": {"HETOBS_RELAY_STAGE": "host", "HETOBS_RELAY_PIPELINE": "0"},
 }
 
 #: dtype name -> (item size in bytes, nccl-tests type name).
@@ -176,7 +189,7 @@ def backend_unavailable(name: str) -> str | None:
     if name not in BACKENDS:
         return f"unknown backend {name!r} (expected one of {', '.join(BACKENDS)})"
     kind = BACKENDS[name][0]
-    if kind == "gloo":
+    if kind in ("gloo", "islands"):
         if importlib.util.find_spec("torch") is None:
             return "torch is not installed (pip install 'hetobs[torch]')"
         return None
@@ -322,14 +335,17 @@ class _Job:
         op_timeout = max(self.cfg.timeout_s, self.cfg.start_timeout_s)
         base.setdefault("HETOBS_TIMEOUT", str(op_timeout))
         base.setdefault("OMP_NUM_THREADS", "1")
-        if kind == "gloo":
+        if kind in ("gloo", "islands"):
             base.setdefault("GLOO_SOCKET_IFNAME", "lo")
         if transport is not None:
             base["HETOBS_TRANSPORT"] = transport
+        base.update(ISLAND_ENV.get(self.name, {}))
         cmd = [sys.executable, "-m", "hetobs.bench.worker", "--backend", kind, "--op", self.cfg.op,
                "--dtype", self.cfg.dtype, "--timeout", str(op_timeout)]
         for r in range(n):
             env = dict(base, RANK=str(r), LOCAL_RANK=str(r))
+            if kind == "islands":  # two islands: ranks [0, n/2) and [n/2, n), Gloo inside
+                env.update(HETOBS_ISLAND="ab"[r * 2 // n] if n > 1 else "a", HETOBS_ISLAND_BACKEND="gloo")
             log = os.path.join(self.workdir, f"{self.name}-rank{r}.log")
             self.logs.append(log)
             with open(log, "wb") as err:

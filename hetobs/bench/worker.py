@@ -1,4 +1,4 @@
-"""One rank of a benchmark job: `python -m hetobs.bench.worker --backend hetobs|gloo --op OP`.
+"""One rank of a benchmark job: `python -m hetobs.bench.worker --backend hetobs|gloo|islands --op OP`.
 
 Started by hetobs.bench.runner with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and
 HETOBS_TRANSPORT for the hetobs backend) set. It speaks one JSON object per line:
@@ -15,7 +15,7 @@ Timing is barrier-free as in nccl-tests: `warmup` untimed ops, then `iters` ops
 back to back, timed as one batch on this rank. With "check", one extra untimed op
 on a known pattern is verified first.
 
-torch is imported only for the gloo backend.
+torch is imported only for the gloo and islands backends.
 """
 
 from __future__ import annotations
@@ -178,17 +178,21 @@ class _Hetobs(_Bench):
 
 
 class _Gloo(_Bench):
+    torch_backend = "gloo"
+
     def __init__(self, op: str, dtype: str, timeout: float) -> None:
         from datetime import timedelta
 
         import torch
         import torch.distributed as dist
 
+        if self.torch_backend != "gloo":
+            import hetobs  # noqa: F401 - registers the hetobs backends with torch.distributed
         self.torch, self.dist = torch, dist
         rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         addr, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), os.environ["MASTER_PORT"]
-        dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=size,
-                                timeout=timedelta(seconds=timeout))
+        dist.init_process_group(self.torch_backend, init_method=f"tcp://{addr}:{port}", rank=rank,
+                                world_size=size, timeout=timedelta(seconds=timeout))
         super().__init__(op, rank, size, dtype)
 
     def empty(self, count: int) -> Any:
@@ -227,9 +231,15 @@ def _protocol_stream() -> TextIO:
     return proto
 
 
+class _Islands(_Gloo):
+    """The same torch calls on "hetobs_islands" (HETOBS_ISLAND / _BACKEND set by the runner)."""
+
+    torch_backend = "hetobs_islands"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hetobs.bench.worker", description=__doc__.splitlines()[0])
-    p.add_argument("--backend", choices=("hetobs", "gloo"), required=True)
+    p.add_argument("--backend", choices=("hetobs", "gloo", "islands"), required=True)
     p.add_argument("--op", default="all_reduce",
                    choices=("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"))
     p.add_argument("--dtype", default="float32")
@@ -245,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
 
     bench: _Bench | None = None
     try:
-        bench = (_Hetobs if args.backend == "hetobs" else _Gloo)(args.op, args.dtype, args.timeout)
+        bench = {"hetobs": _Hetobs, "gloo": _Gloo, "islands": _Islands}[args.backend](args.op, args.dtype,
+                                                                                   args.timeout)
         rank = bench.rank
         reply({"ready": True, "backend": args.backend, "size": bench.size, "pid": os.getpid()})
         for line in sys.stdin:
