@@ -104,6 +104,11 @@ def _connect_through_store(endpoint: _Endpoint, store: Store, prefix: str, rank:
             store.set(prefix + "job", endpoint.job_id.encode())
         endpoint.native.adopt_job_id(bytes(store.get(prefix + "job")).decode())
         _lifecycle.install()
+    # Peers on other hosts must be able to dial the address in the card: the one this host
+    # uses toward the rendezvous host (torch's MASTER_ADDR), not the loopback default.
+    master = os.environ.get("MASTER_ADDR", "").strip()
+    if master:
+        endpoint.native.advertise_toward(master)
     store.set(prefix + str(rank), endpoint.native.card())
     cards = [bytes(store.get(prefix + str(r))) for r in range(size)]
     return endpoint.native.connect(cards, comm_id, world_ranks or [])

@@ -1384,7 +1384,7 @@ def prog_wait_chain(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
         ctx.gate_wait("end")
         raise
     return {"rank": r, "ids": ids}
-def preparing_next_batch(ctx: Ctx) -> None:
+def preparing_next_batch_until_killed(ctx: Ctx) -> None:
     """Stands for a rank busy in Python instead of in the collective (the test kills it)."""
     ctx.event("sleeping")
     while True:
@@ -1399,7 +1399,7 @@ def prog_sleep_hang(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
     x = np.ones(1024, np.float32)
     for i in range(at + 1):
         if i == at and comm.rank == culprit:
-            preparing_next_batch(ctx)
+            preparing_next_batch_until_killed(ctx)
         if i == at:
             ctx.event("entering", seq=i)
         comm.all_reduce(x)

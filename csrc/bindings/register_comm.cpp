@@ -301,6 +301,8 @@ void registerComm(py::module_& m) {
       .def("adopt_job_id", &Endpoint::adoptJobId, py::arg("job_id"), py::call_guard<py::gil_scoped_release>(),
            "Take the job id rank 0 handed out and start this rank's runtime under it.")
       .def("card", [](const Endpoint& e) { return py::bytes(e.card().encode()); })
+      .def("advertise_toward", &Endpoint::advertiseToward, py::arg("host"),
+           "Put the local address toward `host` in this rank's card (before card() for a store rendezvous).")
       .def_property_readonly("address", [](const Endpoint& e) { return py::make_tuple(e.card().ip, e.card().port); })
       .def("refused_connections", [](Endpoint& e) { return e.listener().refused(); })
       .def(

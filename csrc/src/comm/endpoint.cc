@@ -83,6 +83,10 @@ void Endpoint::adoptJobId(const std::string& id) {
 
 int64_t Endpoint::connectDeadline() const { return deadlineAfter(monoNs(), cfg_.connect_timeout_s); }
 
+void Endpoint::advertiseToward(const std::string& host) {
+  if (cfg_.size > 1) card_.ip = localAddressToward(SockAddr{host, 9});  // any port: nothing is sent
+}
+
 std::shared_ptr<Communicator> Endpoint::rendezvous(const std::string& masterAddr, int masterPort) {
   SockAddr master{masterAddr, masterPort};
   if (cfg_.size > 1) card_.ip = localAddressToward(master);

@@ -32,6 +32,9 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   const std::vector<Card>& cards() const { return cards_; }
   Listener& listener() { return *listener_; }
 
+  // Advertise the local address the kernel uses toward `host` (the rendezvous host) in this
+  // rank's card, for cards exchanged elsewhere (a store): rendezvous() does it itself.
+  void advertiseToward(const std::string& host);
   // Exchange cards through rank 0 at master (start-up only), then connect the world.
   std::shared_ptr<Communicator> rendezvous(const std::string& masterAddr, int masterPort);
   // Connect the world from cards gathered elsewhere (e.g. a store handed in by Python).
