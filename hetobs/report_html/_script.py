@@ -93,6 +93,7 @@ function drawRing(box) {
       " 0 " + large + " 1 " + p2[0].toFixed(2) + " " + p2[1].toFixed(2), fill: "none"}, attrs), s);
   }
   if (n <= 128) {
+    el("circle", {cx: C, cy: C, r: RR, fill: "none", stroke: "#ccc", "stroke-width": 2}, s);
     var rad = Math.max(3, Math.min(14, Math.PI * RR / n * 0.7));
     ORDER.forEach(function (r, i) {
       var p = pt(i + 0.5, RR);
@@ -153,7 +154,9 @@ function drawRing(box) {
   var marks = D.blamed.concat(D.advisory).filter(function (r) { return posOf[r] !== undefined; });
   marks.slice(0, 12).forEach(function (r) {
     var i = posOf[r], p = pt(i + 0.5, RR + 22), q = pt(i + 0.5, RR + 40), t1 = pt(i + 0.5, RR - 14), t2 = pt(i + 0.5, RR + 14);
-    el("line", {x1: t1[0], y1: t1[1], x2: t2[0], y2: t2[1], stroke: blamed[r] ? BLAME : "#f28e2b", "stroke-width": 3}, s);
+    if (n > 128) {  // one rank's arc is too thin to see at this scale: a tick across the ring marks it
+      el("line", {x1: t1[0], y1: t1[1], x2: t2[0], y2: t2[1], stroke: blamed[r] ? BLAME : "#f28e2b", "stroke-width": 3}, s);
+    }
     var c = el("circle", {cx: p[0], cy: p[1], r: 6, fill: blamed[r] ? BLAME : "#f28e2b", "class": "blamed-mark"}, s);
     tip(c, rankInfo(r));
     c.addEventListener("click", function () { zoomTo(r); });
