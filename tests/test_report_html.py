@@ -168,7 +168,8 @@ def test_demo_cli_writes_the_page(tmp_path: Path) -> None:
     assert html.escape(doc["verdicts"][0]["summary"]) in out.read_text()
 
 
-def _scale_writer():  # type: ignore[no-untyped-def]
+def _scale_bench():  # type: ignore[no-untyped-def]
+    """bench/diagnose_scale.py, whose writers make synthetic incidents at any size."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("diagnose_scale", Path(__file__).parents[1] / "bench" /
@@ -176,14 +177,26 @@ def _scale_writer():  # type: ignore[no-untyped-def]
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.write_hetobs
+    return mod
+
+
+def test_cli_html_from_flight_recorder_dumps(tmp_path: Path) -> None:
+    _scale_bench().write_fr(tmp_path / "fr", 8, 5, 12, False)
+    out = tmp_path / "fr.html"
+    r = CliRunner().invoke(app, ["diagnose", "--fr", str(tmp_path / "fr" / "json"), "--json", "--html", str(out)])
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.stdout)
+    assert [(v["kind"], v["ranks"]) for v in doc["verdicts"]][:1] == [("rank_not_joined", [5])]
+    page = out.read_text()
+    assert html.escape(doc["verdicts"][0]["summary"]) in page
+    assert '"blamed":[5]' in page
 
 
 @needs_chromium
 def test_many_ranks_are_aggregated(tmp_path: Path) -> None:
     """512 ranks: the ring is drawn as arcs per run of one state, the timeline keeps the blamed part."""
     world, culprit = 512, 170
-    _scale_writer()(tmp_path / "jobs", "scale", world, culprit, 10)
+    _scale_bench().write_hetobs(tmp_path / "jobs", "scale", world, culprit, 10)
     options = Options(job_dir=tmp_path / "jobs" / "scale", job="scale")
     report = diagnose(options)
     page = _page(report, options, tmp_path / "scale.html")
@@ -199,3 +212,21 @@ def test_many_ranks_are_aggregated(tmp_path: Path) -> None:
     assert [int(r) for r in rows] == list(range(culprit - 2, culprit + 3)), rows
     detail = re.search(r'id="zoom-detail">([^<]*)<', b.dom)
     assert detail and detail.group(1).startswith(f"rank {culprit} · not_joined · BLAMED"), detail
+
+
+@needs_chromium
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("iptables") is None, reason="the link fault needs root and "
+                                                                                   "iptables")
+def test_blamed_link_is_drawn(tmp_path: Path) -> None:
+    res = run_demo(world=3, fault="link", culprit=0, hang_timeout=1.5, workdir=tmp_path / "jobs")
+    assert res.found_the_fault and res.link is not None
+    page = _page(res.report, Options(job_dir=res.job_dir, job=res.job), tmp_path / "link.html")
+    b = browse(page, tmp_path)
+    assert b.console == [], b.console
+    src, dst = res.link
+    ring = re.search(r'<svg[^>]*id="ring-svg".*?</svg>', b.dom, re.S)
+    assert ring and re.search(r'<line[^>]*class="blamed-link"', ring.group(0))
+    assert f"link {src}→{dst}" in ring.group(0)
+    assert not re.search(r'<circle[^>]*class="blamed-mark"', ring.group(0)), "a link verdict blames no rank"
+    zoom = re.search(r'<svg[^>]*id="zoom-svg".*?</svg>', b.dom, re.S)
+    assert zoom and ">blamed link<" in zoom.group(0)
