@@ -4,8 +4,8 @@ Registered by cli/main.py as the sub-command "diagnose". The engine is
 `hetobs.diagnosis` (a library); this module only parses options, shows a progress
 bar while many dumps load, and prints the report: rich tables for people (verdicts,
 evidence, per-rank state), `--json` for machines (one plain JSON document on stdout),
-`--exclude-hosts` for schedulers (the hosts of blamed ranks and links, one per line).
-Messages go to stderr.
+`--exclude-hosts` for schedulers (the hosts of blamed ranks and links, one per line),
+`--html FILE` for a page to look at (hetobs.report_html). Messages go to stderr.
 
 Exit codes: 0 healthy, 1 fault found, 2 usage error, 3 no usable data, 4 internal or
 I/O error (raised exceptions are mapped by cli/main.py).
@@ -207,6 +207,8 @@ def diagnose_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as one plain JSON document.")] = False,
     exclude_hosts: Annotated[bool, typer.Option("--exclude-hosts", help="Print only the hosts of blamed ranks and "
                                                                         "links, one per line.")] = False,
+    html: Annotated[Optional[Path], typer.Option("--html", help="Also write the incident as one self-contained "
+                                                                "HTML page to this file.")] = None,
 ) -> None:
     """Localize the faulty rank or link of a hung or failed job, with evidence."""
     say = Output(json_mode=as_json)
@@ -215,6 +217,9 @@ def diagnose_cmd(
                                  param_hint="--job/--fr")
     if fr is not None and (incident is not None or dir is not None):
         raise typer.BadParameter("--incident and --dir apply to --job only", param_hint="--fr")
+    if html is not None and not html.expanduser().parent.is_dir():
+        say.error(f"--html {html}: the folder {html.expanduser().parent} does not exist")
+        raise typer.Exit(int(ExitCode.USAGE))
     if job is not None:
         if "/" in job or job in (".", ".."):
             raise typer.BadParameter(f"{job!r} is not a job id (a plain name)", param_hint="--job")
@@ -246,12 +251,38 @@ def diagnose_cmd(
         say.json(report.to_dict())
     else:
         render(report)
+    if html is not None:
+        write_html(say, html, report, options)
     if report.status == Status.NO_DATA:
         why = report.data_problems[0].problem if report.data_problems else "no dumps"
         say.error(f"no usable data: {why}")
         for note in report.notes:
             say.hint(note)
     raise typer.Exit(int(_EXIT[report.status]))
+
+
+def write_html(say: Output, path: Path, report: Report, options: Options) -> None:
+    """Write the HTML page of `report` to `path` (atomically); an unwritable path exits 4 with one line."""
+    import os
+    import tempfile
+
+    from hetobs.report_html import load_for_report, render_html
+
+    page = render_html(report, load_for_report(options, report))
+    path = path.expanduser()
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(page)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as e:
+        say.error(f"--html {path}: cannot write the report: {e.strerror or e}")
+        raise typer.Exit(int(ExitCode.INTERNAL)) from None
+    say.message(f"wrote the HTML report to {path} ({len(page.encode()) / 1e6:.2f} MB)")
 
 
 def _with_progress(options: Options, bar: _LoadBar) -> Options:

@@ -22,8 +22,10 @@ die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 # --- 1. system packages ------------------------------------------------------------
 # build-essential cmake ninja-build: the native core; iproute2 iptables: network
 # namespaces and link faults in tests; openmpi + prometheus: MPI interposer and
-# exporter tests (later issues).
-APT_PACKAGES=(build-essential cmake ninja-build iproute2 iptables openmpi-bin libopenmpi-dev prometheus)
+# exporter tests (later issues); chromium (+ a font, not pulled in without recommends): the
+# headless-browser test of the HTML report.
+APT_PACKAGES=(build-essential cmake ninja-build iproute2 iptables openmpi-bin libopenmpi-dev prometheus chromium
+    fonts-liberation)
 
 apt_missing() {
     local pkg
