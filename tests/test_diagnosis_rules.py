@@ -962,3 +962,18 @@ def test_abort_fields_win_over_the_text(tmp_path: Path) -> None:
         job.dumps[r]["cause"] = job.comm(r)["cause"] = text
     rep = run(job.write(tmp_path))
     assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("rank_dead", [2])]
+
+
+def test_the_default_incident_is_the_one_most_ranks_of_the_latest_event_dumped_into() -> None:
+    from hetobs.diagnosis.loader import _latest_complete
+
+    s = 1_000_000_000
+    times = {"old-all": 0, "hang-c0-p4-r2": 100 * s + 2, "hang-c9-s4": 100 * s + 1, "hang-c0-p4-r0": 100 * s}
+    dumps = {"old-all": 4, "hang-c0-p4-r2": 2, "hang-c9-s4": 4, "hang-c0-p4-r0": 2}
+    # per-rank p2p incidents of one hang lose to the incident every rank shared ...
+    assert _latest_complete(list(times), times, dumps) == "hang-c9-s4"
+    # ... and an older event never wins over the latest, however many dumped into it
+    dumps["hang-c9-s4"] = 3
+    assert _latest_complete(list(times), times, dumps) == "hang-c9-s4"
+    del times["hang-c9-s4"], dumps["hang-c9-s4"]
+    assert _latest_complete(list(times), times, dumps) == "hang-c0-p4-r2"

@@ -24,6 +24,7 @@ from .job import LoadedJob, OptionsError
 from .loader import load_job
 from .matcher import Stuck, find_stuck, mismatch_verdicts, not_joined_verdict, p2p_verdicts
 from .islands import annotate as annotate_islands
+from .islands import relay_link_verdicts
 from .perf import slow_link_verdicts, straggler_verdicts
 from .progress import walk
 from .ranktable import rank_table
@@ -154,6 +155,8 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
 
     held = {r for st in graph.nodes.values() for r in (*st.waiting, *st.failed)}
     for v in p2p_verdicts(job, stall_s, blamed, held):
+        add(v)
+    for v in relay_link_verdicts(job, stall_s, blamed):
         add(v)
 
     # Causes that name a culprit the stages above did not (transport failures between live ranks).

@@ -16,9 +16,9 @@ from typing import Optional
 
 from .job import LoadedJob
 from .summary import CommView, RelayPeer
-from .types import Verdict
+from .types import Verdict, VerdictKind
 
-__all__ = ["island_of", "annotate"]
+__all__ = ["island_of", "annotate", "relay_link_verdicts"]
 
 _VENDORS = ("gloo", "nccl", "mpi")
 
@@ -101,6 +101,9 @@ def _relay_stop(job: LoadedJob, src: int, dst: int) -> Optional[str]:
     if d is not None and s.sent > d.received:
         return (f"relay {src} -> {dst}: data stopped on the wire: rank {src} sent {s.sent} of {s.send_chunks} "
                 f"chunks, rank {dst} received {d.received}")
+    if d is None and s.sent > 0 and _any_relay(job, dst) is not None:
+        return (f"relay {src} -> {dst}: data stopped on the wire: rank {src} sent {s.sent} of {s.send_chunks} "
+                f"chunks, rank {dst} (in the relay) received none")
     if s.copied_in < s.send_chunks and s.sent >= s.copied_in:
         return (f"relay {src} -> {dst}: data stopped in the device-to-host copy at rank {src} "
                 f"({s.copied_in} of {s.send_chunks} chunks staged)")
@@ -108,3 +111,56 @@ def _relay_stop(job: LoadedJob, src: int, dst: int) -> Optional[str]:
         return (f"relay {src} -> {dst}: data stopped in the host-to-device copy at rank {dst} "
                 f"({d.copied_out} of {d.received} received chunks copied out)")
     return None
+
+
+def _relay_in_flight(job: LoadedJob, rank: int) -> Optional[tuple[object, CommView]]:
+    """The comm whose in-flight relay op has chunk counters on this rank."""
+    d = job.dumps.get(rank)
+    for c, v in d.comms.items() if d else ():
+        if v.in_flight is not None and v.in_flight.relay:
+            return c, v
+    return None
+
+
+def _any_relay(job: LoadedJob, rank: int) -> Optional[tuple[object, CommView]]:
+    """The comm of an in-flight relay op that has no counters yet (its links still starting)."""
+    d = job.dumps.get(rank)
+    for c, v in d.comms.items() if d else ():
+        if v.in_flight is not None and v.in_flight.rec.op == "relay":
+            return c, v
+    return None
+
+
+def relay_link_verdicts(job: LoadedJob, stall_s: float, blamed: set[int]) -> list[Verdict]:
+    """Relay links whose chunks left the sender and never reached the receiver, both ends
+    in the relay and neither moving for the stall time: blame the link, in that direction.
+
+    A relay is a point-to-point op (no collective seq), so the ring walk of stuck
+    collectives does not see it; its chunk counters per peer and stage say the same thing.
+    """
+    out = []
+    for src in sorted(job.dumps):
+        here = _relay_in_flight(job, src)
+        if here is None or src in blamed:
+            continue
+        comm, v = here
+        if v.waiting_s is not None and v.waiting_s < stall_s:
+            continue
+        for p in v.in_flight.relay if v.in_flight is not None else ():
+            dst = p.peer
+            there = _relay_in_flight(job, dst) or _any_relay(job, dst)
+            if there is None or dst in blamed or there[0] != comm or p.sent == 0:
+                continue
+            back = _relay_peer(job, dst, src)
+            got = back.received if back is not None else 0
+            if back is not None and (got >= p.sent or got >= back.recv_chunks):
+                continue
+            seen = (f"received {got} of {back.recv_chunks}" if back is not None else
+                    "has received nothing from it (it still waits for the link's first frame)")
+            ev = [f"rank {src} handed {p.sent} of {p.send_chunks} chunk(s) for rank {dst} to the wire; rank {dst}, "
+                  f"in the same relay, {seen}",
+                  f"neither end moved for {v.waiting_s or 0:.1f} s (stall time {stall_s:.1f} s)"]
+            out.append(Verdict(VerdictKind.LINK_STALLED, [], f"relay link {src} -> {dst} stalled: chunks rank {src} "
+                               f"sent never reached rank {dst}", ev, links=[(src, dst)], comm=comm, seq=None,
+                               op="relay", confidence=0.85))
+    return out

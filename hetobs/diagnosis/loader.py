@@ -163,6 +163,20 @@ def list_incidents(job_dir: Path) -> list[str]:
         return []
 
 
+# Incidents dumped within this long of the latest one belong to the same event: one hang
+# seen by several watchdogs, each naming the op it was stuck in (a point-to-point op's
+# incident is its own rank's), or a failure and the hang behind it.
+_SAME_EVENT_NS = 10_000_000_000
+
+
+def _latest_complete(names: list[str], times: dict[str, Optional[int]], dumps: dict[str, int]) -> str:
+    """Of the incidents of the latest event, the one with the most rank dumps (then the latest):
+    the one every rank it reached dumped into, not one that only a few ranks shared."""
+    latest = max((t for t in times.values() if t is not None), default=None)
+    recent = [n for n in names if latest is None or (times[n] is not None and latest - times[n] <= _SAME_EVENT_NS)]
+    return max(recent or names, key=lambda n: (dumps[n], times[n] is not None, times[n] or 0, n))
+
+
 def _incident_time(folder: SafeDir) -> Optional[int]:
     best: Optional[int] = None
     for _, name in _rank_files(folder, []):
@@ -278,13 +292,15 @@ def _load_incident(job: LoadedJob, root: SafeDir, ranks_dir: Optional[SafeDir], 
         chosen = job.incidents[0]
     elif chosen is None and job.incidents:
         assert incidents_dir is not None
+        dumps: dict[str, int] = {}
         for name in job.incidents:
             sub = _subdir(incidents_dir, name, None)
-            times[name] = None
+            times[name], dumps[name] = None, 0
             if sub is not None:
                 with sub:
                     times[name] = _incident_time(sub)
-        chosen = max(job.incidents, key=lambda n: (times[n] is not None, times[n] or 0, n))
+                    dumps[name] = len(_rank_files(sub, []))
+        chosen = _latest_complete(job.incidents, times, dumps)
     job.incident = chosen
     incident_dir = _subdir(incidents_dir, chosen, job.problems) if chosen and incidents_dir is not None else None
     refused: set[int] = set()

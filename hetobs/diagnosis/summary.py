@@ -383,7 +383,10 @@ def _relay(r: Any) -> tuple[RelayPeer, ...]:
             continue
         counts = [_int(d.get(k)) for d, k in ((send, "chunks"), (send, "copied_in"), (send, "sent"),
                                                (recv, "chunks"), (recv, "received"), (recv, "copied_out"))]
-        out.append(RelayPeer(peer, *(c if c is not None and c >= 0 else 0 for c in counts)))
+        rp = RelayPeer(peer, *(c if c is not None and c >= 0 else 0 for c in counts))
+        if r.get("stage") == "none":  # host memory on the wire as it is: no copy stage to wait on
+            rp = rp._replace(copied_in=rp.send_chunks, copied_out=rp.received)
+        out.append(rp)
     return tuple(out)
 
 
