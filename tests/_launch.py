@@ -190,6 +190,7 @@ class Job:
                 os.set_blocking(rfd, False)
                 env = dict(self.base_env)
                 env.update({
+                    "HETOBS_TEST_T0": repr(self.t_start),
                     "RANK": str(r),
                     "LOCAL_RANK": str(r),
                     "HETOBS_TEST_RESULT": str(self.result_dir / f"rank-{r}.json"),

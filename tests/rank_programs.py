@@ -1441,8 +1441,11 @@ def main() -> int:
     program, raw = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "{}")
     args = json.loads(raw)
     deadline = float(os.environ.get("HETOBS_TEST_DEADLINE", "120"))
-    # a hung rank prints every thread's stack shortly before the launcher kills it
-    faulthandler.dump_traceback_later(max(deadline - 2.0, 0.5), exit=False)
+    # A hung rank prints every thread's stack shortly before the launcher kills it: 1 s before
+    # the job's deadline, counted from when the launcher started the job (CLOCK_MONOTONIC is
+    # shared by processes), so a slow start-up on a loaded machine does not push it past the kill.
+    t0 = float(os.environ.get("HETOBS_TEST_T0", time.monotonic()))
+    faulthandler.dump_traceback_later(max(t0 + deadline - 1.0 - time.monotonic(), 0.1), exit=False)
     ctx = Ctx()
     if os.environ.get("HETOBS_TEST_START_BARRIER"):
         if program != "selftest":

@@ -601,7 +601,7 @@ def test_report_json_contract(tmp_path: Path) -> None:
     d = json.loads(run(job.write(tmp_path)).to_json())
     assert list(d)[:3] == ["job", "status", "verdicts"]
     assert set(d["verdicts"][0]) == {"kind", "ranks", "links", "comm", "seq", "op", "confidence", "summary",
-                                     "evidence"}
+                                     "evidence", "islands"}
     assert d["status"] == "fault" and d["exclude_hosts"] == ["node1"]
 
 
