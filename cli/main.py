@@ -65,6 +65,7 @@ _add_optional("dump")
 _add_optional("demo")
 _add_optional("preload_path", "preload-path")
 _add_optional("exporter")
+_add_optional("plan")
 _add_optional("top")
 _add_optional("trace")
 
