@@ -64,6 +64,10 @@ def plan(
                 "ms/sample": round(p["seconds_per_sample"] * 1e3, 3), "busy %": round(p["busy_share"] * 100, 1)}
                for p in doc["plan"]], title=f"job {job}: global batch {global_batch} ({doc['source']}, "
                                             f"{doc['window']['intervals']} steps)")
+    out.table([{"island": a["island"], "ranks": ",".join(map(str, a["ranks"])),
+                "compute ms/step": round(a["compute_s_per_step"] * 1e3, 2),
+                "wait ms/step": round(a["wait_s_per_step"] * 1e3, 2), "busy %": round(a["busy_share"] * 100, 1),
+                "alone samples/s": round(a["samples_per_s"], 1)} for a in doc["islands"]], title="islands")
     out.result({"step s even": round(doc["step_s_even"], 4), "step s planned": round(doc["step_s_planned"], 4),
                 "eta_mix even": round(doc["eta_mix_even"], 3), "eta_mix planned": round(doc["eta_mix_planned"], 3),
                 "eta_mix now (measured step)": round(doc["eta_mix_measured"], 3)})

@@ -255,6 +255,8 @@ def test_plan_of_an_islands_job_names_the_islands(held: Any) -> None:
         doc = json.loads(p.stdout)
         assert [(e["island"], e["batch"]) for e in doc["plan"]] == [("slow", 5), ("fast", 11)]
         assert [a["island"] for a in doc["islands"]] == ["slow", "fast"]
+        slow, fast = doc["islands"]
+        assert fast["wait_s_per_step"] > 5 * slow["wait_s_per_step"] and fast["busy_share"] < slow["busy_share"]
     finally:
         _finish(h)
 

@@ -65,7 +65,12 @@ def build_plan(window: Window, islands: Mapping[int, str], current: Mapping[int,
         else:
             inside = collective_s
         seconds = max(per_sample[r] for r in rs) * even + inside
-        alone.append({"island": name, "ranks": rs, "step_s": seconds, "samples_per_s": len(rs) * even / seconds})
+        mixed = [window.ranks[r] for r in rs]
+        alone.append({"island": name, "ranks": rs, "step_s": seconds, "samples_per_s": len(rs) * even / seconds,
+                      # how the island spends a step in the mixed job now (means over its ranks)
+                      "compute_s_per_step": sum(t.compute_ns for t in mixed) / len(rs) / n / 1e9,
+                      "wait_s_per_step": sum(t.wait_ns for t in mixed) / len(rs) / n / 1e9,
+                      "busy_share": round(sum(t.busy_share for t in mixed) / len(rs), 4)})
     bound = sum(a["samples_per_s"] for a in alone)
     even_step, planned_step = step([even] * len(ranks)), step(planned)
     measured_step = max((window.ranks[r].compute_ns + window.ranks[r].inside_ns) / n / 1e9 for r in ranks)
