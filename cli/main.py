@@ -68,6 +68,7 @@ _add_optional("demo")
 _add_optional("preload_path", "preload-path")
 _add_optional("exporter")
 _add_optional("jobs")
+_add_optional("plan")
 _add_optional("top")
 _add_optional("trace")
 

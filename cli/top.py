@@ -5,7 +5,9 @@ hangs or is stopped. Per rank: its host (and island, "node7 [cuda]", in a hetero
 job; `island` in --json), state, the op in flight with its sequence id, seconds
 since progress (yellow past half the threshold, red past it), busbw/algbw of the last
 window, ops in it; per link: send/receive throughput, busy share and network
-bandwidth. `--once` prints one view (the window is --interval long) and exits;
+bandwidth; per rank also its busy share (compute between collectives over compute plus
+time inside them, `busy_share` in --json: an island well below the others waits for
+them; `hetobs plan` balances it). `--once` prints one view (the window is --interval long) and exits;
 `--json` (implies --once) prints it as one plain JSON document.
 
 Who waits on whom: each rank row carries `waiting_on` (the ranks its in-flight op still
@@ -58,6 +60,11 @@ def _ranks(v: list[int] | None) -> str:
     return ", ".join(str(x) for x in v) if v else "-"
 
 
+def _busy(share: float | None) -> str:
+    # compute share between collectives: an island well below the others waits for them (hetobs plan)
+    return "-" if share is None else f"{share * 100:.0f}"
+
+
 def render(doc: dict[str, Any], threshold: float) -> Group:
     """The view as rich tables (ranks, then links)."""
     window = doc["window_s"]
@@ -66,7 +73,7 @@ def render(doc: dict[str, Any], threshold: float) -> Group:
                       ("in flight (comm: op #seq, age)", "left"), ("waits on", "left"), ("waited on by", "left"),
                       ("s since progress", "right"),
                       ("heartbeat s", "right"), ("busbw GB/s", "right"), ("algbw GB/s", "right"),
-                      ("ops", "right"), ("hangs", "right")]:
+                      ("ops", "right"), ("hangs", "right"), ("busy %", "right")]:
         ranks.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in doc["ranks"]:
         state = r.get("state", "unknown")
@@ -79,7 +86,7 @@ def render(doc: dict[str, Any], threshold: float) -> Group:
                       Text(_ranks(r.get("waiting_on"))), Text(_ranks(r.get("waited_on_by"))),
                       _age(r.get("seconds_since_progress"), threshold), _num(r.get("heartbeat_age_s"), "{:.1f}"),
                       _num(r.get("busbw_gbps")), _num(r.get("algbw_gbps")), _num(r.get("window_ops"), "{}"),
-                      str(r.get("hangs_detected", "-")))
+                      str(r.get("hangs_detected", "-")), _busy(r.get("busy_share")))
     links = Table(title="links", title_justify="left")
     for col in ("rank", "peer", "comm", "transport", "send MB/s", "recv MB/s", "busy %", "net GB/s"):
         links.add_column(col, justify="left" if col == "transport" else "right")
@@ -105,18 +112,19 @@ def top(
     shm_dir: Annotated[str, typer.Option("--shm-dir", hidden=True)] = "/dev/shm",
 ) -> None:
     """Live view of a job's ranks on this node: state, op in flight, progress age, bandwidth."""
+    from hetobs.exporters.metrics import BUSY_RECORDS
     from hetobs.exporters.source import ShmSource
     from hetobs.exporters.window import view
 
     out = Output(json_mode=json_out)
     source = ShmSource(job, shm_dir=shm_dir, job_dir=job_path(dir or from_env().dir, job))
-    prev = source.snapshot()
+    prev = source.snapshot(records=BUSY_RECORDS)
     if once or json_out:
         if not prev.ranks:
             out.error(f"no stats segment of job {job} on this node")
             raise typer.Exit(int(ExitCode.NO_DATA))
         time.sleep(interval)  # the measurement window, not a synchronisation
-        doc = view(source.snapshot(), prev)
+        doc = view(source.snapshot(records=BUSY_RECORDS), prev)
         if json_out:
             out.json(doc)
         else:
@@ -126,7 +134,7 @@ def top(
         with Live(render(view(prev), threshold or 10.0), console=out._stdout(), auto_refresh=False) as live:
             while True:
                 time.sleep(interval)
-                cur = source.snapshot()
+                cur = source.snapshot(records=BUSY_RECORDS)
                 doc = view(cur, prev)
                 live.update(render(doc, threshold or _default_threshold(doc)), refresh=True)
                 prev = cur

@@ -16,11 +16,15 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from hetobs import stats
+from hetobs.plan.accounting import busy_share
 
 from .naming import ISLAND_PHASES, METRICS, RANK_STATES, SEGMENT_PROBLEMS, MetricSpec, size_class
 from .source import RankEntry, Snapshot
 
-__all__ = ["Family", "families", "busbw_factor", "rank_state", "seconds_since_progress", "LATENCY_LE"]
+__all__ = ["Family", "families", "busbw_factor", "rank_state", "seconds_since_progress", "LATENCY_LE", "BUSY_RECORDS"]
+
+# Newest records per rank read for the busy share: 15 steps; each record read costs a scrape ~0.1 ms here.
+BUSY_RECORDS = 16
 
 Labels = tuple[str, ...]
 
@@ -108,6 +112,9 @@ def _rank_metrics(f: dict[str, Family], job: str, e: RankEntry, now: int) -> Non
     f["hetobs_dumps_written"].samples.append((rl, float(st.dumps_written)))
     if st.island_totals is not None:
         _island_metrics(f, (job, str(e.rank), st.island), st.island_totals)
+    share = busy_share(st.records, st.world_size) if st.records else None
+    if share is not None:
+        f["hetobs_rank_busy_share"].samples.append(((job, str(e.rank), st.island), share))
     jr: Labels = (job, str(e.rank))
     for c in st.comms:
         _comm_metrics(f, jr, c, now)

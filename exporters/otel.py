@@ -29,7 +29,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from .metrics import Family, families
+from .metrics import BUSY_RECORDS, Family, families
 from .naming import METRICS, otel_name, otel_unit
 from .source import InProcessSource, SnapshotSource
 
@@ -74,7 +74,7 @@ class _Memo:
         with self._lock:
             if time.monotonic() - self._at > _MEMO_S:
                 try:
-                    self._by_name = {f.spec.name: f for f in families(self.source.snapshot())}
+                    self._by_name = {f.spec.name: f for f in families(self.source.snapshot(records=BUSY_RECORDS))}
                 except Exception:  # telemetry failures are logged, never raised into the reader
                     log.exception("OpenTelemetry: reading the stats segments failed")
                     self._by_name = {}

@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app, write_to_textfil
 from prometheus_client.metrics_core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
                                             Metric)
 
-from .metrics import LATENCY_LE, Family, families
+from .metrics import BUSY_RECORDS, LATENCY_LE, Family, families
 from .naming import METRICS, MetricSpec
 from .source import InProcessSource, Snapshot, SnapshotSource
 
@@ -73,7 +73,7 @@ class HetobsCollector:
 
     def collect(self) -> Iterator[Metric]:
         try:
-            snap: Snapshot | None = self.source.snapshot()
+            snap: Snapshot | None = self.source.snapshot(records=BUSY_RECORDS)
         except Exception:  # a broken source must not turn the target down: log it, serve empty families
             log.exception("reading the stats segments of job %s failed", getattr(self.source, "job", "?"))
             snap = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from hetobs import stats
+from hetobs.plan.accounting import busy_share
 
 from .metrics import busbw_factor, rank_state, seconds_since_progress
 from .source import RankEntry, Snapshot
@@ -63,7 +64,8 @@ def _rank_row(e: RankEntry, old: RankEntry | None, now: int, window_s: float | N
                seconds_since_progress=seconds_since_progress(st, now),
                heartbeat_age_s=max(0.0, (now - st.heartbeat_ns) / 1e9), hang_timeout_s=st.hang_timeout_s,
                hangs_detected=st.hangs_detected, dumps_written=st.dumps_written,
-               last_seq={str(c.comm_id): c.coll_seq for c in st.comms})
+               last_seq={str(c.comm_id): c.coll_seq for c in st.comms},
+               busy_share=busy_share(st.records, st.world_size) if st.records else None)
     if window_s is None:
         row.update(window_ops=None, window_bytes=None, busbw_gbps=None, algbw_gbps=None)
         return row

@@ -138,4 +138,8 @@ def __getattr__(name: str) -> Any:
         from . import comm
 
         return getattr(comm, name)
+    if name == "plan":  # hetobs.plan.report_batch(n) after a bare `import hetobs`
+        import importlib
+
+        return importlib.import_module(".plan", __name__)
     raise AttributeError(f"module 'hetobs' has no attribute {name!r}")
