@@ -15,18 +15,11 @@
 #include "hetobs/comm/exchange_feed.h"
 #include "hetobs/relay/relay.h"
 #include "hetobs/common/clock.h"
+#include "hetobs/common/cpu_pause.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
 #include "hetobs/transport/shm/segment.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define HETOBS_PAUSE() _mm_pause()
-#else
-#define HETOBS_PAUSE() \
-  do {                 \
-  } while (0)
-#endif
 
 namespace hetobs {
 namespace {

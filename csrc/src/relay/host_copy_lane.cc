@@ -8,17 +8,10 @@
 #include <thread>
 
 #include "hetobs/common/clock.h"
+#include "hetobs/common/cpu_pause.h"
 #include "hetobs/common/futex.h"
 #include "hetobs/relay/copy_lane.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define HETOBS_PAUSE() _mm_pause()
-#else
-#define HETOBS_PAUSE() \
-  do {                 \
-  } while (0)
-#endif
 
 namespace hetobs {
 namespace {
