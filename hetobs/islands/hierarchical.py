@@ -117,7 +117,7 @@ def all_reduce(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, op: Any) -> 
         # The island's partial of everything; the other islands send theirs whole.
         if n > 1:
             clock.vendor(h.inner.all_reduce, flat, _inner_op(op))
-        start, end = 0, count
+        start = 0
         mine = flat
     partial: dict[int, torch.Tensor] = {isl.index: mine}
     sends, recvs = [], []
@@ -125,9 +125,8 @@ def all_reduce(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, op: Any) -> 
         theirs = torch.empty_like(mine)
         partial[other.index] = theirs
         # A route's shape is the receiver's choice: its own block, or the whole buffer.
-        # Either way this rank sends from its block of its island's cut.
-        lo = start if scatter else 0
-        sends += [(other.members[seg.dst], mine[seg.start - lo:seg.end - lo])
+        # Either way this rank sends from its block of its island's cut (`mine` starts at `start`).
+        sends += [(other.members[seg.dst], mine[seg.start - start:seg.end - start])
                   for seg in routes(count, n, other.size, _gathers(other)) if seg.src == me]
         recvs += [(other.members[seg.src], theirs[seg.start - start:seg.end - start])
                   for seg in routes(count, other.size, n, scatter) if seg.dst == me]
