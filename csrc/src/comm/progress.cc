@@ -94,13 +94,9 @@ void Communicator::exchange(SendItem* sends, size_t ns, RecvItem* recvs, size_t 
       lastMove = now;
       continue;
     }
-    if (now >= nextControl || (seg && seg->abort.load(std::memory_order_relaxed))) {
-      pollAllControl();
-      nextControl = now + kControlNs;
-    }
+    pollControlWhenDue(now, &nextControl, seg);
     if (now >= deadlineNs_) timeoutError(sends, ns, recvs, nr);
-    if (abortRequested_.load(std::memory_order_acquire))
-      throw TimeoutError("aborted by the watchdog (HETOBS_ABORT_ON_HANG=1): " + abortWhy_);
+    throwIfAbortRequested();
     int64_t idle = now - lastMove;
     // Over TCP the kernel moves the bytes: sleeping in poll() at once leaves it the core.
     int64_t spin = anyShm_ ? kSpinNs : kTcpSpinNs;
@@ -126,6 +122,19 @@ void Communicator::exchange(SendItem* sends, size_t ns, RecvItem* recvs, size_t 
 
 void Communicator::checkDeadline() {
   if (monoNs() >= deadlineNs_) throw TimeoutError(strFormat("timed out after %.2f s", double(monoNs() - opStartNs_) / 1e9));
+  throwIfAbortRequested();
+}
+
+// Peers' control frames (abort notices) are read every kControlNs while an op waits, and at
+// once when a same-host peer rang the segment's abort flag.
+void Communicator::pollControlWhenDue(int64_t now, int64_t* nextControl, shm::SegmentHeader* seg) {
+  if (now >= *nextControl || (seg && seg->abort.load(std::memory_order_relaxed))) {
+    pollAllControl();
+    *nextControl = now + kControlNs;
+  }
+}
+
+void Communicator::throwIfAbortRequested() const {
   if (abortRequested_.load(std::memory_order_acquire))
     throw TimeoutError("aborted by the watchdog (HETOBS_ABORT_ON_HANG=1): " + abortWhy_);
 }
@@ -152,17 +161,13 @@ void Communicator::exchangeFed(ExchangeFeed& feed) {
       lastMove = now;
       continue;
     }
-    if (now >= nextControl || (seg && seg->abort.load(std::memory_order_relaxed))) {
-      pollAllControl();
-      nextControl = now + kControlNs;
-    }
+    pollControlWhenDue(now, &nextControl, seg);
     if (now >= deadlineNs_) {
       if (ns + nr) timeoutError(sends, ns, recvs, nr);
       throw TimeoutError(strFormat("timed out after %.2f s waiting for the relay's staging copies",
                                    double(now - opStartNs_) / 1e9));
     }
-    if (abortRequested_.load(std::memory_order_acquire))
-      throw TimeoutError("aborted by the watchdog (HETOBS_ABORT_ON_HANG=1): " + abortWhy_);
+    throwIfAbortRequested();
     int64_t idle = now - lastMove;
     // With copies in flight the copy threads need the cores: sleep at once (their
     // completions and the peer's frames ring the doorbell) instead of spinning them away.

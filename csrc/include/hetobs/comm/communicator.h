@@ -35,6 +35,7 @@ class RelayState;
 struct RelayRequest;
 namespace shm {
 class Segment;
+struct SegmentHeader;
 }
 
 struct OpArgs {
@@ -120,6 +121,8 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   OpDesc descFor(int peer) const;  // what our frames to `peer` carry
   void waitForEvents(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr, uint32_t bellSeen, int64_t idleNs);
   void pollAllControl();
+  void pollControlWhenDue(int64_t now, int64_t* nextControl, shm::SegmentHeader* seg);
+  void throwIfAbortRequested() const;
   [[noreturn]] void timeoutError(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr);
   [[noreturn]] void handleFailure(std::exception_ptr e);
   [[noreturn]] void resolveMismatch(int directPeer, const OpDesc* directTheirs, const struct AbortNotice* notice);
