@@ -25,7 +25,7 @@ from ..comm import OPS, Communicator
 from ..torch._common import DTYPE_CODES, comm_id_for, done, reduction_code
 from . import hierarchical as hier
 from .relay import PhaseClock, Relay, relay_pipelined, relay_stage
-from .topology import Topology, exchange
+from .topology import exchange
 from .vendor import make_island_group
 
 __all__ = ["IslandsBackend", "create"]
@@ -43,10 +43,6 @@ class IslandsBackend(dist.ProcessGroup):
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return "hetobs_islands"
-
-    @property
-    def topology(self) -> Topology:
-        return self.h.topo
 
     def shutdown(self) -> None:
         self.h.inner.shutdown()
