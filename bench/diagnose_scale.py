@@ -6,7 +6,8 @@ called the last (seq 200) while the others wait in it. It is written three ways:
   rank, as a string, in every file): pickles (the only format `torchfrtrace` reads)
   and JSON (`_dump_fr_trace_json`);
 - a hetobs job directory (docs/dump-schema.md): rank metadata plus one incident,
-  200 records per rank, ring and membership lists in every file.
+  200 records per rank; schema 2.0 (default): membership and ring once, in
+  comms/comm-0-<hash>.json, a hash in every file; `--format 1.0`: the lists in every file.
 Then each tool runs as a subprocess, CLI start-up included, and the table gives wall
 time and the child's peak RSS (os.wait4). Each run's answer is checked: it must
 name the missing rank. The files are read from the page cache (just written).
@@ -14,14 +15,19 @@ name the missing rank. The files are read from the page cache (just written).
     .venv/bin/python bench/diagnose_scale.py                      # 64 256 1024 4096 16384
     .venv/bin/python bench/diagnose_scale.py --sizes 64,1024 --torch-max 1024
 
-torchfrtrace runs up to --torch-max ranks (default 1024; 4096 takes minutes).
+torchfrtrace runs up to --torch-max ranks (default 1024; 4096 takes minutes); Flight
+Recorder files are written up to --fr-max ranks (default 16384: every FR file lists the
+world, 65,536 of them would not fit on the disk).
 Targets (issue 4): hetobs >= 10x faster than torchfrtrace at 1,024 ranks; 16,384 ranks
-in < 30 s and < 4 GB.
+in < 30 s and < 4 GB. Issue 14: 65,536 ranks <= 60 s and <= 4 GiB, 16,384 <= 5 s:
+
+    .venv/bin/python bench/diagnose_scale.py --sizes 16384,65536 --fr-max 0 --repeat 1
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import pickle
@@ -107,26 +113,36 @@ STACK_WAIT = ('Current thread 0x00007f0000000001 (most recent call first):\n'
               '  File "/app/train.py", line 42 in train_step\n  File "/app/train.py", line 90 in <module>\n')
 
 
-def write_hetobs(root: Path, job: str, world: int, culprit: int, n_records: int) -> None:
+def write_hetobs(root: Path, job: str, world: int, culprit: int, n_records: int, version: str = "2.0") -> None:
     jd = root / job
     (jd / "ranks").mkdir(parents=True)
     inc_name = f"hang-c0-s{n_records}"
     inc = jd / "incidents" / inc_name
     inc.mkdir(parents=True)
     ranks = "[" + ",".join(str(r) for r in range(world)) + "]"
+    if version.startswith("1."):
+        members = '"global_ranks": %s, "ring": %s' % (ranks, ranks)
+    else:  # docs/dump-schema.md "Communicator membership": the lists once, a hash everywhere
+        text = "global_ranks=" + ranks[1:-1] + ";ring=" + ranks[1:-1]
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        (jd / "comms").mkdir()
+        (jd / "comms" / f"comm-0-{digest}.json").write_text(
+            '{"schema": "hetobs.comm", "version": "1.0", "job": "%s", "comm_id": 0, "hash": "%s", "size": %d, '
+            '"written_by": 0, "global_ranks": %s, "ring": %s}' % (job, digest, world, ranks, ranks))
+        members = '"membership": {"hash": "%s", "lowest_rank": 0}' % digest
     template = _entry_template(world, n_records)
     cut = template.rfind(', {"record_id"')
     short_template = template[:cut] + "]"  # the culprit never called the last op
     for r in range(world):
         prev, nxt = (r - 1) % world, (r + 1) % world
-        meta = ('{"schema": "hetobs.rank", "version": "1.0", "job": "%s", "rank": %d, "world_size": %d, '
+        meta = ('{"schema": "hetobs.rank", "version": "%s", "job": "%s", "rank": %d, "world_size": %d, '
                 '"host": "node%d", "host_key": "boot-x:%d", "pid": %d, "process_start_time": 1000, '
                 '"start_time_ns": %d, "side_channel": {"ip": "10.0.%d.%d", "port": 40000}, '
                 '"stats_segment": "/dev/shm/hetobs-stats-%s-r%d", "hang_timeout_s": 300.0, '
-                '"comms": [{"comm_id": 0, "size": %d, "rank": %d, "global_ranks": %s, "ring": %s, '
+                '"comms": [{"comm_id": 0, "size": %d, "rank": %d, %s, '
                 '"transports": {"%d": "tcp", "%d": "tcp"}}], "exited_cleanly": false, "exit_time_ns": null}'
-                % (job, r, world, r // 8, r // 8, 10000 + r, T0 - 3600 * 10**9, r // 256, r % 256, job, r, world, r,
-                   ranks, ranks, prev, nxt))
+                % (version, job, r, world, r // 8, r // 8, 10000 + r, T0 - 3600 * 10**9, r // 256, r % 256, job, r,
+                   world, r, members, prev, nxt))
         (jd / "ranks" / f"rank-{r}.json").write_text(meta)
         if r == culprit:
             in_flight = "null"
@@ -152,31 +168,36 @@ def write_hetobs(root: Path, job: str, world: int, culprit: int, n_records: int)
         links = json.dumps([{"peer": x, "global_peer": x, "transport": "tcp", "bytes_sent": 2 * COUNT * n_records,
                              "bytes_recv": 2 * COUNT * n_records, "busy_ns": 100_000 * n_records,
                              "last_activity_ns": T0 - 400 * 10**9} for x in (nxt, prev)])
-        dump = ('{"schema": "hetobs.dump", "version": "1.0", "job": "%s", "incident": "%s", "rank": %d, '
+        dump = ('{"schema": "hetobs.dump", "version": "%s", "job": "%s", "incident": "%s", "rank": %d, '
                 '"world_size": %d, "host": "node%d", "pid": %d, "process_start_time": 1000, "reason": "%s", '
                 '"cause": %s, "requested_by": %s, "time_ns": %d, "heartbeat_ns": %d, "last_progress_ns": %d, '
                 '"hang_timeout_s": 300.0, "side_channel": %s, "comms": [{"comm_id": 0, "size": %d, "rank": %d, '
-                '"global_ranks": %s, "ring": %s, "last_coll_seq": %d, "last_p2p_seq": 0, "failed": false, '
+                '%s, "last_coll_seq": %d, "last_p2p_seq": 0, "failed": false, '
                 '"cause": null, "in_flight": %s, "links": %s}], "entries": %s, '
                 '"python": {"status": "ok", "stacks": %s}}'
-                % (job, inc_name, r, world, r // 8, 10000 + r, "watchdog" if r == 0 else "peer_request",
+                % (version, job, inc_name, r, world, r // 8, 10000 + r, "watchdog" if r == 0 else "peer_request",
                    json.dumps(f"all_reduce seq {n_records} on comm 0: no progress for 400.0 s") if r == 0 else "null",
                    "null" if r == 0 else "0", T0 + r * 1000, T0 - 10**7, T0 - 400 * 10**9, json.dumps(sc), world, r,
-                   ranks, ranks, last, in_flight, links, entries, json.dumps(stack)))
+                   members, last, in_flight, links, entries, json.dumps(stack)))
         (inc / f"rank-{r}.json").write_text(dump)
 
 
 # --- runner ------------------------------------------------------------------------------
 
+CPU_S: dict[tuple[str, ...], float] = {}  # command -> CPU seconds (user + system) of its fastest run
+
+
 def best_of(n: int, cmd: list[str], timeout: float) -> tuple[float, float, int, str]:
     """`timed` n times: the shortest wall time (the machine is shared and noisy), the largest RSS."""
     runs = [timed(cmd, timeout) for _ in range(max(1, n))]
     best = min(runs, key=lambda r: r[0])
+    CPU_S[tuple(cmd)] = best[4]
     return best[0], max(r[1] for r in runs), max(r[2] for r in runs), best[3]
 
 
-def timed(cmd: list[str], timeout: float) -> tuple[float, float, int, str]:
-    """(wall seconds, peak RSS of the child in MiB, exit code, stdout)."""
+def timed(cmd: list[str], timeout: float) -> tuple[float, float, int, str, float]:
+    """(wall seconds, peak RSS of the child in MiB, exit code, stdout, CPU seconds): on a shared
+    machine the CPU time says what the wall time cannot."""
     t = time.perf_counter()
     with tempfile.TemporaryFile() as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL)
@@ -194,7 +215,7 @@ def timed(cmd: list[str], timeout: float) -> tuple[float, float, int, str]:
         wall = time.perf_counter() - t
         out.seek(0)
         text = out.read().decode(errors="replace")
-    return wall, ru.ru_maxrss / 1024.0, p.returncode, text
+    return wall, ru.ru_maxrss / 1024.0, p.returncode, text, ru.ru_utime + ru.ru_stime
 
 
 def names_culprit(stdout: str, culprit: int) -> bool:
@@ -210,6 +231,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="64,256,1024,4096,16384")
     ap.add_argument("--torch-max", type=int, default=1024, help="largest world size to run torchfrtrace on")
+    ap.add_argument("--fr-max", type=int, default=16384, help="largest world size to write Flight Recorder files for")
+    ap.add_argument("--format", default="2.0", choices=("1.0", "2.0"), help="hetobs dump schema to write")
     ap.add_argument("--records", type=int, default=200)
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     ap.add_argument("--timeout", type=float, default=900.0)
@@ -226,9 +249,14 @@ def main() -> None:
             base = scratch / f"n{world}"
             shutil.rmtree(base, ignore_errors=True)
             t = time.perf_counter()
-            with_pickles = world <= args.torch_max
-            write_fr(base / "fr", world, culprit, args.records, with_pickles)
-            write_hetobs(base / "jobs", "scale", world, culprit, args.records)
+            with_fr = world <= args.fr_max
+            with_pickles = with_fr and world <= args.torch_max
+            scratch.mkdir(parents=True, exist_ok=True)
+            free_gb = shutil.disk_usage(scratch).free / 2**30
+            print(f"# {world} ranks: {free_gb:.0f} GiB free under {scratch}", file=sys.stderr)
+            if with_fr:
+                write_fr(base / "fr", world, culprit, args.records, with_pickles)
+            write_hetobs(base / "jobs", "scale", world, culprit, args.records, args.format)
             gen_s = time.perf_counter() - t
             size_mb = sum(f.stat().st_size for f in base.rglob("*") if f.is_file()) / 2**20
             print(f"# {world} ranks: wrote {size_mb:.0f} MiB of dumps in {gen_s:.1f} s", file=sys.stderr)
@@ -240,13 +268,17 @@ def main() -> None:
                 wall, rss, rc, out = best_of(args.repeat, [hetobs, "diagnose", "--fr", str(base / "fr" / "pickle"),
                                                            "--json"], args.timeout)
                 row["fr_pickle"] = (wall, rss, rc == 1 and names_culprit(out, culprit))
-            wall, rss, rc, out = best_of(args.repeat, [hetobs, "diagnose", "--fr", str(base / "fr" / "json"), "--json"],
-                                         args.timeout)
-            row["fr_json"] = (wall, rss, rc == 1 and names_culprit(out, culprit))
-            wall, rss, rc, out = best_of(args.repeat, [hetobs, "diagnose", "--job", "scale", "--dir",
-                                                       str(base / "jobs"), "--json"], args.timeout)
+            if with_fr:
+                wall, rss, rc, out = best_of(args.repeat, [hetobs, "diagnose", "--fr", str(base / "fr" / "json"),
+                                                           "--json"], args.timeout)
+                row["fr_json"] = (wall, rss, rc == 1 and names_culprit(out, culprit))
+            cmd = [hetobs, "diagnose", "--job", "scale", "--dir", str(base / "jobs"), "--json"]
+            wall, rss, rc, out = best_of(args.repeat, cmd, args.timeout)
             row["job"] = (wall, rss, rc == 1 and names_culprit(out, culprit))
+            row["job_cpu_s"] = CPU_S[tuple(cmd)]
+            row["load_avg"] = os.getloadavg()[0]
             row["size_mb"] = size_mb
+            row["job_mb"] = sum(f.stat().st_size for f in (base / "jobs").rglob("*") if f.is_file()) / 2**20
             rows.append(row)
             print(f"# {world}: {json.dumps(row)}", file=sys.stderr)
             shutil.rmtree(base, ignore_errors=True)
@@ -268,8 +300,8 @@ def print_table(rows: list[dict], records: int) -> None:
     print(f"One rank missing the last of {records} all_reduces; best wall time of the runs (CLI start-up "
           f"included) / peak RSS; {os.cpu_count()} cores.\n")
     print("| ranks | torchfrtrace (FR pickle) | hetobs diagnose --fr (FR pickle) | hetobs diagnose --fr (FR JSON) "
-          "| hetobs diagnose --job (hetobs dumps) | speed-up vs torchfrtrace |")
-    print("|---:|---:|---:|---:|---:|---:|")
+          "| hetobs diagnose --job (hetobs dumps) | hetobs job dir | speed-up vs torchfrtrace |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         tf = row.get("torchfrtrace")
         sp = ""
@@ -280,7 +312,8 @@ def print_table(rows: list[dict], records: int) -> None:
                     parts.append(f"{tf[0] / row[key][0]:.0f}x ({name})")
             sp = ", ".join(parts)
         print(f"| {row['ranks']} | {_cell(tf)} | {_cell(row.get('fr_pickle'))} | {_cell(row.get('fr_json'))} "
-              f"| {_cell(row.get('job'))} | {sp or '–'} |")
+              f"| {_cell(row.get('job'))}, {row.get('job_cpu_s', 0):.1f} s CPU | {row.get('job_mb', 0):.0f} MiB "
+              f"| {sp or '–'} |")
 
 
 if __name__ == "__main__":

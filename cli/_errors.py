@@ -25,6 +25,7 @@ except ImportError:  # pragma: no cover - older typer on top of click
 
 from hetobs.config import SettingError
 from hetobs.errors import HetobsError
+from hetobs.ownership import UntrustedJobDir
 
 from ._exit_codes import ExitCode
 
@@ -65,6 +66,7 @@ def _import(exc: BaseException) -> str:
 
 KNOWN: dict[type[BaseException], tuple[Formatter, ExitCode]] = {
     SettingError: (_plain, ExitCode.USAGE),
+    UntrustedJobDir: (_plain, ExitCode.NO_DATA),  # a job directory refused: its files are no usable data
     ValueError: (_plain, ExitCode.USAGE),
     OSError: (_named, ExitCode.INTERNAL),
     HetobsError: (_named, ExitCode.INTERNAL),

@@ -1,10 +1,10 @@
-"""`hetobs bench`: the hetobs native transport and torch's Gloo, side by side, in nccl-tests terms.
+"""`hetobs bench`: the hetobs native transport, torch's Gloo and Open MPI, side by side, in nccl-tests terms.
 
 Registered by cli/main.py as the sub-command "bench" (`_add_optional("bench")`, i.e.
 `app.add_typer(bench.app, name="bench")`). Tables go to stdout, progress and warnings
 to stderr; `--json` prints one plain JSON array of rows on stdout.
 Exit codes: 0 every requested backend ran (Gloo is skipped with a warning when torch is
-missing), 2 usage error, 4 a backend failed or a hetobs backend could not run (the
+missing, Open MPI when mpirun or mpi4py is), 2 usage error, 4 a backend failed or a hetobs backend could not run (the
 native core is not built); rows of the backends that did run are still printed.
 """
 
@@ -105,6 +105,7 @@ def render(result: BenchResult, out: Console) -> None:
               "busbw = algbw x nccl-tests factor", highlight=False)
     backends = [b for b in cfg.backends if any(r.backend == b for r in result.rows)]
     has_gloo = "gloo" in backends
+    has_ompi = "ompi" in backends
     for b in backends:
         rows = [r for r in result.rows if r.backend == b]
         t = Table(show_edge=False, pad_edge=False)
@@ -112,12 +113,16 @@ def render(result: BenchResult, out: Console) -> None:
             t.add_column(name, justify="left" if name in ("type", "redop") else "right")
         if has_gloo and b != "gloo":
             t.add_column("busbw/gloo", justify="right")
+        if has_ompi and b != "ompi":
+            t.add_column("busbw/ompi", justify="right")
         t.add_column("busbw/memcpy", justify="right")
         for r in rows:
             cells = [str(r.size), str(r.count), r.type, r.redop, str(r.root), f"{r.time_us:.1f}",
                      f"{r.algbw:.3f}", f"{r.busbw:.3f}"]
             if has_gloo and b != "gloo":
                 cells.append(_num(r.busbw_vs_gloo))
+            if has_ompi and b != "ompi":
+                cells.append(_num(r.busbw_vs_ompi))
             cells.append(_num(r.busbw_of_memcpy, "{:.1%}"))
             t.add_row(*cells)
         out.print()
@@ -131,11 +136,15 @@ def render(result: BenchResult, out: Console) -> None:
         ratios = [b for b in backends if b != "gloo"] if has_gloo else []
         for b in ratios:
             t.add_column(f"{b}/gloo", justify="right")
+        vs_ompi = [b for b in backends if b != "ompi"] if has_ompi else []
+        for b in vs_ompi:
+            t.add_column(f"{b}/ompi", justify="right")
         by = {(r.backend, r.size): r for r in result.rows}
         for size in dict.fromkeys(r.size for r in result.rows):
             cells = [format_size(size)]
             cells += [_num(by[(b, size)].busbw, "{:.3f}") if (b, size) in by else "-" for b in backends]
             cells += [_num(by[(b, size)].busbw_vs_gloo) if (b, size) in by else "-" for b in ratios]
+            cells += [_num(by[(b, size)].busbw_vs_ompi) if (b, size) in by else "-" for b in vs_ompi]
             t.add_row(*cells)
         out.print()
         out.print(f"busbw (GB/s) side by side, {cfg.op}, {cfg.ranks} ranks", highlight=False)
@@ -148,7 +157,7 @@ def bench(
     ranks: Annotated[int, typer.Option("--ranks", "-n", min=1, help="Ranks (processes) per backend.")] = 2,
     op: Annotated[str, typer.Option("--op", help=f"Collective: {', '.join(OPS)}.")] = "all_reduce",
     backends: Annotated[str, typer.Option("--backends", help=f"Comma-separated, from {', '.join(BACKENDS)}.")]
-    = "hetobs-shm,hetobs-tcp,gloo",
+    = "hetobs-shm,hetobs-tcp,gloo,ompi",
     sizes: Annotated[Optional[str], typer.Option(
         "--sizes", help="Comma-separated sizes in bytes, K/M/G suffixes (default 8 B, then powers of 4 from "
                         "64 B to 64 MiB; with --quick 8,64K,1M,16M).")] = None,
@@ -162,7 +171,7 @@ def bench(
     timeout: Annotated[float, typer.Option("--timeout", min=1.0, help="Seconds one batch may take before the "
                                                                       "backend is declared failed.")] = 120.0,
 ) -> None:
-    """Measure collectives on hetobs-shm, hetobs-tcp and Gloo, interleaved in one run.
+    """Measure collectives on hetobs-shm, hetobs-tcp, Gloo and Open MPI (mpi4py), interleaved in one run.
     `hetobs bench relay`: the pipelined host relay (see its --help)."""
     if ctx.invoked_subcommand is not None:
         return
@@ -183,7 +192,7 @@ def bench(
         why = backend_unavailable(b)
         if why is not None:  # run_bench skips it too; say so before a long run, not after
             say.warning(f"skipping {b}: {why}")
-            if b != "gloo":
+            if b not in ("gloo", "ompi"):  # peers to compare with, not ours: a missing one is no failure
                 code = ExitCode.INTERNAL
 
     cfg = BenchConfig(ranks=ranks, op=op, backends=names, sizes=size_list, reps=reps, dtype=dtype, quick=quick,

@@ -6,9 +6,12 @@ bar while many dumps load, and prints the report: rich tables for people (verdic
 evidence, per-rank state), `--json` for machines (one plain JSON document on stdout),
 `--exclude-hosts` for schedulers (the hosts of blamed ranks and links, one per line),
 `--html FILE` for a page to look at (hetobs.report_html). Messages go to stderr.
+`--window SECONDS` judges a live job's last seconds through a fresh on-demand dump:
+advisory `straggler` / `slow_link` verdicts (hetobs.diagnosis.window).
 
 Exit codes: 0 healthy, 1 fault found, 2 usage error, 3 no usable data, 4 internal or
-I/O error (raised exceptions are mapped by cli/main.py).
+I/O error (raised exceptions are mapped by cli/main.py). Advisories never change them:
+a crawling job with a straggler or a slow link exits 0; only a stuck one exits 1.
 """
 
 from __future__ import annotations
@@ -61,11 +64,12 @@ class _LoadBar:
             self.bar.stop()
 
 
-def _request_dump() -> Any:
+def _request_dump(trust: bool = False) -> Any:
     """The side channel's on-demand dump request, when this build has it (else None).
 
     Adapts `request_dump(job_dir, timeout=...)` (hetobs.sidechannel, else hetobs.jobs)
-    to the engine's `(job_dir, timeout_s) -> incident id or None`.
+    to the engine's `(job_dir, timeout_s) -> incident id or None`. `trust`: --trust-dir, which
+    hetobs.jobs's reader of the rank files honours too.
     """
     fn = None
     for name in ("hetobs.sidechannel", "hetobs.jobs"):
@@ -80,7 +84,7 @@ def _request_dump() -> Any:
         return None
 
     def request(job_dir: Path, timeout_s: float) -> Optional[str]:
-        result = fn(str(job_dir), timeout=timeout_s)
+        result = fn(str(job_dir), timeout=timeout_s, **({"trust": True} if trust else {}))
         if isinstance(result, str) or result is None:
             return result
         answered = getattr(result, "answered", None)
@@ -209,14 +213,26 @@ def diagnose_cmd(
                                                                         "links, one per line.")] = False,
     html: Annotated[Optional[Path], typer.Option("--html", help="Also write the incident as one self-contained "
                                                                 "HTML page to this file.")] = None,
+    trust_dir: Annotated[bool, typer.Option("--trust-dir", help="Read a job directory owned by another user "
+                                                                "or writable by others (refused by default: its "
+                                                                "files could be planted).")] = False,
+    window: Annotated[Optional[float], typer.Option("--window", help="Live job: judge its last SECONDS through a "
+                                                                     "fresh on-demand dump (advisory straggler and "
+                                                                     "slow_link; exit 0 unless something is stuck).",
+                                                    metavar="SECONDS")] = None,
 ) -> None:
     """Localize the faulty rank or link of a hung or failed job, with evidence."""
     say = Output(json_mode=as_json)
     if (job is None) == (fr is None):
         raise typer.BadParameter("give --job ID (a hetobs job) or --fr DIR (Flight Recorder dumps), not both",
                                  param_hint="--job/--fr")
-    if fr is not None and (incident is not None or dir is not None):
-        raise typer.BadParameter("--incident and --dir apply to --job only", param_hint="--fr")
+    if fr is not None and (incident is not None or dir is not None or window is not None):
+        raise typer.BadParameter("--incident, --dir and --window apply to --job only", param_hint="--fr")
+    if window is not None and not 0 < window < float("inf"):
+        raise typer.BadParameter(f"{window} is not a positive number of seconds", param_hint="--window")
+    if window is not None and incident is not None:
+        raise typer.BadParameter("--window judges a fresh dump of the live job; --incident names an old one",
+                                 param_hint="--window")
     if html is not None and not html.expanduser().parent.is_dir():
         say.error(f"--html {html}: the folder {html.expanduser().parent} does not exist")
         raise typer.Exit(int(ExitCode.USAGE))
@@ -227,8 +243,9 @@ def diagnose_cmd(
             from hetobs.config import from_env
 
             dir = Path(from_env().dir)
-        options = Options(job_dir=dir / job, job=job, incident=incident, request_dump=_request_dump(),
-                          heartbeat=_heartbeat, last_progress=_last_progress(job))
+        options = Options(job_dir=dir / job, job=job, incident=incident, request_dump=_request_dump(trust_dir),
+                          heartbeat=_heartbeat, last_progress=_last_progress(job), trust_dir=trust_dir,
+                          window_s=window)
     else:
         options = Options(fr_dir=fr)
     bar = _LoadBar()

@@ -4,7 +4,7 @@ Goes through each rank's authenticated side channel (HETOBS_SECRET must match th
 job's), so it reaches ranks on other hosts and works with any rank stopped or dead;
 those show up as unanswered. The job keeps running. Prints the new incident.
 Exit codes: 0 every live rank dumped, 1 some rank did not answer or dump,
-3 no such job, 4 I/O or internal error.
+3 no such job (or a job directory of another user: --trust-dir), 4 I/O or internal error.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from typing import Annotated, Optional
 import typer
 
 from hetobs.config import from_env
-from hetobs.jobs import JobNotFound, job_path, request_dump
+from hetobs.jobs import JobNotFound, request_dump
 
 from ._exit_codes import ExitCode
+from ._jobdir import TrustDir, checked_job_dir
 from ._output import Output
 
 __all__ = ["app"]
@@ -31,12 +32,14 @@ def dump(
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for the dumps.")] = 10.0,
     cause: Annotated[str, typer.Option("--cause", help="Text recorded as the dump's cause.")] = "hetobs dump",
     json_out: Annotated[bool, typer.Option("--json", help="Plain JSON on stdout.")] = False,
+    trust_dir: TrustDir = False,
 ) -> None:
     """Ask every live rank of a job for a dump, without stopping it."""
     out = Output(json_mode=json_out)
     root = dir or from_env().dir
     try:
-        result = request_dump(job_path(root, job), timeout=timeout, cause=cause)
+        result = request_dump(checked_job_dir(root, job, trust_dir), timeout=timeout, cause=cause,
+                              trust=trust_dir)
     except JobNotFound as e:
         out.error(str(e))
         raise typer.Exit(int(ExitCode.NO_DATA)) from None

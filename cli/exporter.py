@@ -26,9 +26,9 @@ from typing import Annotated, Optional
 import typer
 
 from hetobs.config import from_env
-from hetobs.jobs import job_path
 
 from ._exit_codes import ExitCode
+from ._jobdir import TrustDir, checked_job_dir
 from ._output import Output
 
 __all__ = ["app"]
@@ -70,6 +70,7 @@ def exporter(
         "--sample", min=0.0, max=1.0,
         help="Fraction of collectives sent as spans (default: HETOBS_OTEL_SAMPLE).")] = None,
     shm_dir: Annotated[str, typer.Option("--shm-dir", hidden=True)] = "/dev/shm",
+    trust_dir: TrustDir = False,
 ) -> None:
     """Serve a job's live collective metrics (Prometheus /metrics, node_exporter textfile, OTLP)."""
     from hetobs.exporters.prometheus import start_http_server, write_textfile
@@ -78,7 +79,7 @@ def exporter(
     out = Output()
     settings = from_env()
     _logging()
-    source = ShmSource(job, shm_dir=shm_dir, job_dir=job_path(dir or settings.dir, job))
+    source = ShmSource(job, shm_dir=shm_dir, job_dir=checked_job_dir(dir or settings.dir, job, trust_dir))
     if not source.snapshot().ranks:
         out.warning(f"no stats segment of job {job} on this node (yet)")
     if textfile is not None:

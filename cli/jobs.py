@@ -6,7 +6,8 @@ from the ranks' metadata files (ranks/rank-<r>.json), so it needs no live rank. 
 job: running (a rank's process is alive or stopped on this host), exited (every rank
 exited cleanly), dead (a rank is gone without a clean exit, none runs), unknown (ranks on
 other hosts only). `--json`: {"dir", "jobs": [{"job", "path", "start_time_ns", "start_time",
-"hosts", "ranks", "world_size", "state", "rank_states", "incidents", "problems"}]}.
+"hosts", "ranks", "world_size", "state", "rank_states", "incidents", "problems", "refused"}]};
+state refused: the job directory is another user's or writable by others, and none of its files was read.
 
 Exit codes: 0 listed (also when there are none), 2 usage error.
 """
@@ -51,6 +52,9 @@ def jobs(
         d["rank_states"] = {str(k): v for k, v in j.rank_states.items()}
         d["problems"] = {str(k): v for k, v in j.problems.items()}
         docs.append(d)
+    for j in found:
+        if j.refused:
+            out.warning(j.refused)
     if json_out:
         out.json({"dir": root, "jobs": docs})
         return

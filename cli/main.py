@@ -62,6 +62,7 @@ def _add_optional(name: str, command: str | None = None) -> None:
 
 
 _add_optional("bench")
+_add_optional("clean")
 _add_optional("diagnose")
 _add_optional("dump")
 _add_optional("demo")

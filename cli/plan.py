@@ -19,9 +19,9 @@ from typing import Annotated, Optional
 import typer
 
 from hetobs.config import from_env
-from hetobs.jobs import job_path
 
 from ._exit_codes import ExitCode
+from ._jobdir import TrustDir, checked_job_dir
 from ._output import Output
 
 __all__ = ["app"]
@@ -40,6 +40,7 @@ def plan(
                                                      help="Largest batch a rank can hold (memory).")] = None,
     dir: Annotated[Optional[str], typer.Option("--dir", help="Root of job directories (default: HETOBS_DIR).")] = None,
     shm_dir: Annotated[str, typer.Option("--shm-dir", hidden=True)] = "/dev/shm",
+    trust_dir: TrustDir = False,
 ) -> None:
     """Balance a mixed job: batch per rank from measured compute per sample, with eta_mix even vs planned."""
     from hetobs.plan import PlanError, plan_job
@@ -48,10 +49,10 @@ def plan(
     if source not in ("auto", "live", "dumps"):
         out.error(f"--from {source!r}: expected auto, live or dumps")
         raise typer.Exit(int(ExitCode.USAGE))
-    job_dir = job_path(dir or from_env().dir, job)
+    job_dir = checked_job_dir(dir or from_env().dir, job, trust_dir)
     try:
         doc = plan_job(job, job_dir, global_batch, source=source, shm_dir=shm_dir, last=last,
-                       max_batch=max_batch)
+                       max_batch=max_batch, trust=trust_dir)
     except PlanError as e:
         out.error(str(e))
         raise typer.Exit(int(ExitCode.NO_DATA)) from None

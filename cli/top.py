@@ -32,9 +32,9 @@ from rich.table import Table
 from rich.text import Text
 
 from hetobs.config import from_env
-from hetobs.jobs import job_path
 
 from ._exit_codes import ExitCode
+from ._jobdir import TrustDir, checked_job_dir
 from ._output import Output
 
 __all__ = ["app"]
@@ -88,13 +88,15 @@ def render(doc: dict[str, Any], threshold: float) -> Group:
                       _num(r.get("busbw_gbps")), _num(r.get("algbw_gbps")), _num(r.get("window_ops"), "{}"),
                       str(r.get("hangs_detected", "-")), _busy(r.get("busy_share")))
     links = Table(title="links", title_justify="left")
-    for col in ("rank", "peer", "comm", "transport", "send MB/s", "recv MB/s", "busy %", "net GB/s"):
+    for col in ("rank", "peer", "comm", "transport", "send MB/s", "recv MB/s", "busy %", "net GB/s", "rtt ms",
+                "retrans"):
         links.add_column(col, justify="left" if col == "transport" else "right")
     for ln in doc["links"]:
         busy = ln.get("busy_fraction")
         links.add_row(str(ln["rank"]), str(ln["peer"]), str(ln["comm"]), ln["transport"], _num(ln.get("send_mbps")),
                       _num(ln.get("recv_mbps")), _num(None if busy is None else busy * 100, "{:.0f}"),
-                      _num(ln.get("network_gbps")))
+                      _num(ln.get("network_gbps")), _num(ln.get("rtt_ms"), "{:.2f}"),
+                      _num(ln.get("retransmits"), "{}"))
     return Group(ranks, links)
 
 
@@ -110,6 +112,7 @@ def top(
     ] = 0.0,
     dir: Annotated[Optional[str], typer.Option("--dir", help="Root of job directories (default: HETOBS_DIR).")] = None,
     shm_dir: Annotated[str, typer.Option("--shm-dir", hidden=True)] = "/dev/shm",
+    trust_dir: TrustDir = False,
 ) -> None:
     """Live view of a job's ranks on this node: state, op in flight, progress age, bandwidth."""
     from hetobs.exporters.metrics import BUSY_RECORDS
@@ -117,7 +120,7 @@ def top(
     from hetobs.exporters.window import view
 
     out = Output(json_mode=json_out)
-    source = ShmSource(job, shm_dir=shm_dir, job_dir=job_path(dir or from_env().dir, job))
+    source = ShmSource(job, shm_dir=shm_dir, job_dir=checked_job_dir(dir or from_env().dir, job, trust_dir))
     prev = source.snapshot(records=BUSY_RECORDS)
     if once or json_out:
         if not prev.ranks:

@@ -19,9 +19,9 @@ from typing import Annotated, Optional
 import typer
 
 from hetobs.config import from_env
-from hetobs.jobs import job_path
 
 from ._exit_codes import ExitCode
+from ._jobdir import TrustDir, checked_job_dir
 from ._output import Output
 
 __all__ = ["app"]
@@ -37,6 +37,7 @@ def trace(
     live: Annotated[bool, typer.Option("--live", help="Read the live record rings on this node.")] = False,
     dir: Annotated[Optional[str], typer.Option("--dir", help="Root of job directories (default: HETOBS_DIR).")] = None,
     shm_dir: Annotated[str, typer.Option("--shm-dir", hidden=True)] = "/dev/shm",
+    trust_dir: TrustDir = False,
 ) -> None:
     """Write a job's recorded ops as Chrome/Perfetto trace events."""
     from hetobs.exporters import trace as tr
@@ -46,7 +47,7 @@ def trace(
     if live and incident:
         out.error("--live and --incident exclude each other")
         raise typer.Exit(int(ExitCode.USAGE))
-    job_dir = job_path(dir or from_env().dir, job)
+    job_dir = checked_job_dir(dir or from_env().dir, job, trust_dir)
     try:
         if not live and incident is None:
             incident = tr.latest_incident(job_dir)

@@ -18,7 +18,8 @@ from typing import Sequence
 from hetobs import stats
 from hetobs.plan.accounting import busy_share
 
-from .naming import ISLAND_PHASES, METRICS, RANK_STATES, SEGMENT_PROBLEMS, MetricSpec, size_class
+from .naming import (ISLAND_PHASES, LINK_HEALTH_SERIES_PER_RANK, METRICS, RANK_STATES, SEGMENT_PROBLEMS, MetricSpec,
+                     size_class)
 from .source import RankEntry, Snapshot
 
 __all__ = ["Family", "families", "busbw_factor", "rank_state", "seconds_since_progress", "LATENCY_LE", "BUSY_RECORDS"]
@@ -120,6 +121,7 @@ def _rank_metrics(f: dict[str, Family], job: str, e: RankEntry, now: int) -> Non
         _comm_metrics(f, jr, c, now)
     for ln in st.links:
         _link_metrics(f, jr, ln, now)
+    _link_health_metrics(f, jr, st.links)
 
 
 def _island_metrics(f: dict[str, Family], il: Labels, t: stats.IslandTotals) -> None:
@@ -161,8 +163,25 @@ def _link_metrics(f: dict[str, Family], rl: Labels, ln: stats.LinkStats, now: in
     if ln.busy_ns > 0:
         f["hetobs_link_bandwidth_bytes_per_second"].samples.append(
             (ll, (ln.bytes_sent + ln.bytes_recv) / (ln.busy_ns / 1e9)))
+    f["hetobs_link_reconnects"].samples.append((ll, float(ln.reconnects)))
     if ln.last_activity_ns:
         f["hetobs_link_seconds_since_activity"].samples.append((ll, max(0.0, (now - ln.last_activity_ns) / 1e9)))
+
+
+def _link_health_metrics(f: dict[str, Family], rl: Labels, links: Sequence[stats.LinkStats]) -> None:
+    """TCP_INFO series for the rank's worst links only (naming.LINK_HEALTH_SERIES_PER_RANK)."""
+    tcp = [ln for ln in links if ln.tcp is not None]
+    tcp.sort(key=lambda ln: (ln.tcp["retransmits_total"], ln.tcp["rtt_us"]), reverse=True)  # type: ignore[index]
+    for ln in tcp[:LINK_HEALTH_SERIES_PER_RANK]:
+        t = ln.tcp
+        assert t is not None
+        ll = rl + (str(ln.comm_id), str(ln.global_peer), ln.transport)
+        f["hetobs_link_rtt_seconds"].samples.append((ll, t["rtt_us"] / 1e6))
+        f["hetobs_link_rtt_variance_seconds"].samples.append((ll, t["rttvar_us"] / 1e6))
+        f["hetobs_link_retransmits"].samples.append((ll, float(t["retransmits_total"])))
+        f["hetobs_link_unacked"].samples.append((ll, float(t["unacked"])))
+        f["hetobs_link_lost"].samples.append((ll, float(t["lost"])))
+        f["hetobs_link_delivery_rate_bytes_per_second"].samples.append((ll, float(t["delivery_rate_bps"])))
 
 
 def _cumulative(buckets: Sequence[int]) -> list[float]:

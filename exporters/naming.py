@@ -8,7 +8,9 @@ Label rules: every label set is bounded by the job's shape — job id, rank, hos
 communicator, op kind, peer, direction, transport, a message-size class, a state,
 a rank's island and a phase of the fixed set `ISLAND_PHASES` —
 never a sequence id, record id, pid or timestamp, which would make a new series per
-op.
+op. TCP link health (hetobs_link_rtt_seconds, ...) adds a further cap: a rank serves it
+for at most LINK_HEALTH_SERIES_PER_RANK links, its worst (most retransmits, then highest
+rtt), so a rank connected to thousands of peers adds a fixed number of series.
 
 Why `job_id` and not `job`: Prometheus attaches its own `job` label (the scrape
 job) to every series; an exporter label of that name would be renamed
@@ -36,7 +38,8 @@ from hetobs.stats import ISLAND_PHASES  # phases of a hierarchical op with a bus
 
 __all__ = [
     "MetricSpec", "METRICS", "BY_NAME", "served_names", "otel_name", "otel_unit", "size_class", "SIZE_CLASSES",
-    "RANK_STATES", "SEGMENT_PROBLEMS", "RANK", "COMM", "OP", "LINK", "ISLAND", "ISLAND_PHASES",
+    "RANK_STATES", "SEGMENT_PROBLEMS",
+    "LINK_HEALTH_SERIES_PER_RANK", "RANK", "COMM", "OP", "LINK", "ISLAND", "ISLAND_PHASES",
 ]
 
 # Label sets (order is the order of label values in every sample). `host` sits on the
@@ -49,6 +52,9 @@ OP = COMM + ("op",)
 LINK = COMM + ("peer", "transport")
 ISLAND = ("job_id", "rank", "island")  # per rank: a rank is in one island
 
+
+# Links per rank that serve TCP health series (the worst ones; see the label rules above).
+LINK_HEALTH_SERIES_PER_RANK = 8
 
 # Per-rank state (hetobs_rank_state{state=...} is 1 for the current one, 0 for the others).
 RANK_STATES = ("healthy", "suspect", "stuck", "stopped", "dead", "exited")
@@ -141,6 +147,16 @@ METRICS: tuple[MetricSpec, ...] = (
        "Network bandwidth of the link: bytes (both directions) over busy time; separate from busbw."),
     _m("hetobs_link_seconds_since_activity", "gauge", "", LINK,
        "Seconds since the last byte moved over the link (absent if none ever did).", otel_unit="s"),
+    _m("hetobs_link_reconnects", "counter", "", LINK,
+       "Times the link's TCP connection broke and was re-made (the op resumed; HETOBS_RECONNECT_TIMEOUT)."),
+    # --- per TCP link: the kernel's TCP_INFO, for at most LINK_HEALTH_SERIES_PER_RANK links a rank ---
+    _m("hetobs_link_rtt_seconds", "gauge", "seconds", LINK, "Smoothed round-trip time of the link's TCP connection."),
+    _m("hetobs_link_rtt_variance_seconds", "gauge", "seconds", LINK, "Round-trip time variance (the kernel's rttvar)."),
+    _m("hetobs_link_retransmits", "counter", "", LINK, "TCP segments retransmitted on the link's connection."),
+    _m("hetobs_link_unacked", "gauge", "", LINK, "TCP segments in flight and not yet acknowledged."),
+    _m("hetobs_link_lost", "gauge", "", LINK, "TCP segments the kernel presumes lost now."),
+    _m("hetobs_link_delivery_rate_bytes_per_second", "gauge", "bytes_per_second", LINK,
+       "The kernel's latest delivery-rate estimate for the connection."),
     # --- islands: hierarchical ops of heterogeneous jobs (ranks that run them only) ---------------
     _m("hetobs_rank_island", "gauge", "", ISLAND,
        "1 for the rank's island; join it onto per-rank series on (job_id, rank) with group_left(island)."),

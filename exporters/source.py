@@ -141,9 +141,11 @@ class ShmSource:
     def _exited_cleanly(self, rank: int) -> bool:
         if not self.job_dir:
             return False
-        try:
-            with open(os.path.join(self.job_dir, "ranks", f"rank-{rank}.json"), encoding="utf-8") as f:
-                return bool(json.load(f).get("exited_cleanly"))
+        from hetobs.diagnosis.untrusted import SafeDir
+
+        try:  # untrusted files: no link followed, regular files only
+            with SafeDir.open_root(self.job_dir) as root, root.subdir("ranks") as ranks:
+                return bool(json.loads(ranks.read(f"rank-{rank}.json")).get("exited_cleanly"))
         except (OSError, ValueError, AttributeError):
             return False
 

@@ -112,21 +112,38 @@ def _events(rank: int, comm: int, e: dict[str, Any], end_default: int | None) ->
 
 def events_from_incident(job_dir: str, incident: str) -> tuple[list[dict[str, Any]], dict[int, str], list[str]]:
     """(raw events in ns, rank -> host, problems) from every dump of one incident."""
+    from hetobs.diagnosis.untrusted import RefusedPath, SafeDir
+
     folder = Path(job_dir) / "incidents" / incident
-    if not folder.is_dir():
-        raise TraceError(f"{folder}: no such incident")
+    if "/" in incident or incident in (".", ".."):
+        raise TraceError(f"incident {incident!r}: expected a plain name")
+    docs: list[tuple[Path, bytes]] = []
+    problems: list[str] = []
+    try:  # untrusted files: no link followed (below the job directory), regular files only
+        with SafeDir.open_root(Path(job_dir)) as root, root.subdir("incidents") as incs, incs.subdir(incident) as inc:
+            for name, _kind in inc.entries():
+                if not (name.startswith("rank-") and name.endswith(".json")):
+                    continue
+                try:
+                    docs.append((folder / name, inc.read(name)))
+                except OSError as e:
+                    why = e.strerror if isinstance(e, RefusedPath) else f"unreadable ({e})"
+                    problems.append(f"{folder / name}: {why}")
+    except RefusedPath as e:
+        raise TraceError(f"{e.filename}: {e.strerror}") from None
+    except OSError:
+        raise TraceError(f"{folder}: no such incident") from None
     events: list[dict[str, Any]] = []
     hosts: dict[int, str] = {}
-    problems: list[str] = []
-    for path in sorted(folder.glob("rank-*.json")):
+    for path, data in docs:
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
+            doc = json.loads(data)
+        except ValueError as e:
             problems.append(f"{path}: unreadable ({e})")
             continue
         if not isinstance(doc, dict) or doc.get("schema") != "hetobs.dump" or not str(
-                doc.get("version", "")).startswith("1."):
-            problems.append(f"{path}: not a hetobs.dump 1.x document")
+                doc.get("version", "")).startswith(("1.", "2.")):
+            problems.append(f"{path}: not a hetobs.dump 1.x or 2.x document")
             continue
         rank, when = int(doc.get("rank", -1)), doc.get("time_ns")
         hosts[rank] = str(doc.get("host", ""))

@@ -95,6 +95,8 @@ def _link_rows(e: RankEntry, old: RankEntry | None, window_s: float | None) -> l
         else:
             row.update(send_mbps=None, recv_mbps=None, busy_fraction=None,
                        network_gbps=(ln.bytes_sent + ln.bytes_recv) / ln.busy_ns if ln.busy_ns > 0 else None)
+        t = ln.tcp
+        row.update(rtt_ms=t["rtt_us"] / 1e3 if t else None, retransmits=t["retransmits_total"] if t else None)
         rows.append(row)
     return rows
 

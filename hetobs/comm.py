@@ -23,6 +23,7 @@ OPS: dict[str, int] = {
 }
 RELAY_STAGES: dict[str, int] = {"none": 0, "host": 1, "cuda": 2}  # csrc/include/hetobs/relay/relay.h
 REDUCTIONS: dict[str, int] = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+_SUM = "sum"
 _FLOATS = {"float16", "bfloat16", "float32", "float64"}
 
 
@@ -117,6 +118,13 @@ class Communicator:
 
     def __init__(self, native: Any) -> None:
         self._native = native
+        # Bound once, as plain C functions: a small op pays ~1 us in Python, and an attribute
+        # lookup, a bound-method object and pybind11's dispatch per call are part of it. Each
+        # checks numpy arrays itself and declines (returns False) what the general path explains.
+        self._fast_all_reduce = native.fast_entry("all_reduce")
+        self._fast_all_gather = native.fast_entry("all_gather")
+        self._fast_reduce_scatter = native.fast_entry("reduce_scatter")
+        self._fast_broadcast = native.fast_entry("broadcast")
 
     # -- identity -----------------------------------------------------------------
     @property
@@ -187,12 +195,22 @@ class Communicator:
     def all_reduce(self, x: Any, op: str = "sum", *, async_op: bool = False,
                    timeout: float | None = None) -> Work | None:
         """Reduce `x` across ranks, in place."""
+        if not async_op and timeout is None:
+            # The reduction's code, or None for what only the general path explains. `op is _SUM`:
+            # the default "sum" is the same interned string, no lookup needed.
+            red = 0 if op is _SUM else REDUCTIONS.get(op) if isinstance(op, str) else None
+            if red is not None and self._fast_all_reduce(x, red):
+                return None
         b = as_buffer(x, "all_reduce x", writable=True)
         return self._run("all_reduce", b, b, redop=self._reduction(op, b), async_op=async_op, timeout=timeout)
 
     def reduce_scatter(self, out: Any, x: Any, op: str = "sum", *, async_op: bool = False,
                        timeout: float | None = None) -> Work | None:
         """Reduce `x` across ranks; `out` gets this rank's block (blocks split as numpy.array_split)."""
+        if not async_op and timeout is None:
+            red = 0 if op is _SUM else REDUCTIONS.get(op) if isinstance(op, str) else None  # as all_reduce's
+            if red is not None and self._fast_reduce_scatter(out, x, red):
+                return None
         o, b = as_buffer(out, "reduce_scatter out", writable=True), as_buffer(x, "reduce_scatter x")
         self._same_dtype(o, b, "reduce_scatter out/x")
         want = _block(b.count, self.size, self.rank)[1]
@@ -204,6 +222,8 @@ class Communicator:
     def all_gather(self, out: Any, x: Any, *, async_op: bool = False,
                    timeout: float | None = None) -> Work | None:
         """Concatenate every rank's `x` into `out` (size * x.size elements), in rank order."""
+        if not async_op and timeout is None and self._fast_all_gather(out, x):
+            return None
         o, b = as_buffer(out, "all_gather out", writable=True), as_buffer(x, "all_gather x")
         self._same_dtype(o, b, "all_gather out/x")
         if o.count != b.count * self.size:
@@ -213,6 +233,8 @@ class Communicator:
     def broadcast(self, x: Any, root: int = 0, *, async_op: bool = False,
                   timeout: float | None = None) -> Work | None:
         """Copy root's `x` into every rank's `x`."""
+        if not async_op and timeout is None and self._fast_broadcast(x, root):
+            return None
         b = as_buffer(x, "broadcast x", writable=True)
         return self._run("broadcast", b, b, root=self._check_rank(root, "root"), async_op=async_op, timeout=timeout)
 

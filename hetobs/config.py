@@ -35,10 +35,16 @@ SETTINGS: tuple[Setting, ...] = (
             "`hetobs jobs` lists the jobs)."),
     Setting("HETOBS_DIR", "<tmp>/hetobs-<uid>", "Root of job directories; point it at shared storage on a cluster."),
     Setting("HETOBS_TRANSPORT", "auto", "auto (shared memory within a host, TCP across), shm, or tcp."),
+    Setting("HETOBS_SOCKET_IFNAME", "(the route toward MASTER_ADDR)",
+            "Interface whose IPv4 address the rank's listeners bind and advertise (NCCL_SOCKET_IFNAME's form: "
+            "a prefix such as eth, =eth0 for an exact name, ^docker,lo to exclude, comma lists). Unset: the "
+            "address the kernel uses toward MASTER_ADDR; 0.0.0.0 only when MASTER_ADDR is unset too."),
     Setting("HETOBS_SECRET", "(unset)", "Shared secret: every handshake is authenticated with HMAC-SHA256 over a nonce."),
     Setting("HETOBS_TIMEOUT", "600", "Seconds an op may wait on a peer before it fails with a timeout naming that peer (inf: never; NaN and negatives are refused, as for every timeout)."),
     Setting("HETOBS_CONNECT_TIMEOUT", "60", "Seconds to wait for rendezvous and connections at start-up (inf: never)."),
-    Setting("HETOBS_RECORDS", "2048", "Op records kept per rank (ring, oldest overwritten)."),
+    Setting("HETOBS_CONNECT_RETRIES", "100", "Attempts per connection (rendezvous, data links, side channel) before it fails naming the peer, its address and the attempts; back-off doubles from 10 ms to 1 s with jitter, HETOBS_CONNECT_TIMEOUT bounds it all (BCCL_IB_CONNECT_RETRY_CNT's role)."),
+    Setting("HETOBS_RECONNECT_TIMEOUT", "30", "Seconds to re-make a broken TCP data link (fresh handshake, the op resumes at the last chunk received) before the op fails naming the link; also the TCP_USER_TIMEOUT of data sockets (0: no reconnect; inf: never give up)."),
+    Setting("HETOBS_RECORDS", "2048", "Op records kept per rank (ring, oldest finished op overwritten; an op in flight keeps its record)."),
     Setting("HETOBS_HANG_TIMEOUT", "300", "Seconds without progress in an op before the watchdog dumps every rank (inf: never)."),
     Setting("HETOBS_WATCHDOG", "1", "0 turns off the watchdog, dumps, side-channel requests and the stats segment."),
     Setting("HETOBS_ABORT_ON_HANG", "0", "1: after the hang dump, fail the stuck op with an error instead of waiting."),
@@ -46,7 +52,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("HETOBS_BW_LOG", "off", "Bandwidth log: off, verbose (a line per collective) or agg (per comm and op per interval)."),
     Setting("HETOBS_BW_LOG_INTERVAL", "15", "Seconds per aggregated bandwidth-log line (HETOBS_BW_LOG=agg)."),
     Setting("HETOBS_BW_LOG_FILE", "(stderr)", "Bandwidth log file; %h = host, %p = pid, %r = rank."),
-    Setting("HETOBS_SMALL_BYTES", "65536", "all_reduce payloads up to this size use the latency path (direct exchange)."),
+    Setting("HETOBS_SMALL_BYTES", "65536", "all_reduce, all_gather (gathered size) and reduce_scatter (input size) payloads up to this size use the latency path (direct exchange; all_gather and reduce_scatter up to 8 ranks); on a communicator all on one host over shared memory, up to this size divided by (ranks - 1) (docs/algorithms.md). 0 forces the ring."),
+    Setting("HETOBS_SHM_SINGLE_COPY_BYTES", "131072", "Shared-memory collective messages of at least this many bytes are read by the receiver straight out of the sender's buffer (one copy, process_vm_readv) instead of through the ring (two copies), where the kernel allows it (same uid, ptrace permitted; else the ring, logged at debug). 4611686018427387904 (2^62) turns it off (docs/algorithms.md has the crossover)."),
     Setting("HETOBS_DEBUG", "WARN", "Native log level: ERROR, WARN, INFO or DEBUG (to stderr)."),
     Setting("HETOBS_TRACEBACK", "0", "1: `hetobs` commands print the Python traceback with an error."),
     Setting("HETOBS_REBUILD", "0", "1: scripts/setup.sh rebuilds the native core even when nothing changed."),
@@ -84,6 +91,8 @@ class Settings:
     torch_native: bool = True
     relay_chunk_bytes: int = 4 << 20
     relay_slots: int = 16
+    connect_retries: int = 100  # read by the native core itself (common/env_config.cc netSettings)
+    reconnect_timeout: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -104,9 +113,12 @@ class NumberSetting:
 NUMBER_SETTINGS: dict[str, NumberSetting] = {n.name: n for n in (
     NumberSetting("HETOBS_TIMEOUT", "600", 0.001),
     NumberSetting("HETOBS_CONNECT_TIMEOUT", "60", 0.1),
+    NumberSetting("HETOBS_CONNECT_RETRIES", "100", 1, integer=True, maximum=1000000),
+    NumberSetting("HETOBS_RECONNECT_TIMEOUT", "30", 0.0),
     NumberSetting("HETOBS_RECORDS", "2048", 1, integer=True, maximum=1 << 30),
     NumberSetting("HETOBS_HANG_TIMEOUT", "300", 0.1),
     NumberSetting("HETOBS_SMALL_BYTES", "65536", 0, integer=True, maximum=1 << 62),
+    NumberSetting("HETOBS_SHM_SINGLE_COPY_BYTES", "131072", 0, integer=True, maximum=1 << 62),
     NumberSetting("HETOBS_BW_LOG_INTERVAL", "15", 0.1),
     NumberSetting("HETOBS_OTEL_SAMPLE", "0.01", 0.0),
     NumberSetting("HETOBS_RELAY_CHUNK_BYTES", "4194304", 1, integer=True, maximum=1 << 30),
@@ -197,6 +209,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     """Read and validate every setting (raises SettingError naming the variable)."""
     env = os.environ if env is None else env
     job_id, generated = _job_id(env)
+    _number(env, "HETOBS_SHM_SINGLE_COPY_BYTES")  # read by the native core (env_config.cc); refused here first
     return Settings(
         job_id=job_id,
         job_id_generated=generated,
@@ -205,6 +218,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         secret=env.get("HETOBS_SECRET", ""),
         timeout=float(_number(env, "HETOBS_TIMEOUT")),
         connect_timeout=float(_number(env, "HETOBS_CONNECT_TIMEOUT")),
+        connect_retries=int(_number(env, "HETOBS_CONNECT_RETRIES")),
+        reconnect_timeout=float(_number(env, "HETOBS_RECONNECT_TIMEOUT")),
         records=int(_number(env, "HETOBS_RECORDS")),
         hang_timeout=float(_number(env, "HETOBS_HANG_TIMEOUT")),
         watchdog=_choice(env, "HETOBS_WATCHDOG", "1", ("0", "1", "true", "false")) in ("1", "true"),

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .ownership import UntrustedJobDir, check_job_dir
+
 __all__ = ["JobNotFound", "RankFile", "OnDemandResult", "JobSummary", "job_path", "read_ranks", "request_dump",
            "list_jobs", "rank_state"]
 
@@ -49,36 +51,42 @@ def job_path(root: str, job: str) -> str:
     return os.path.join(root, job)
 
 
-def read_ranks(job_dir: str) -> dict[int, RankFile]:
-    """Every ranks/rank-<r>.json, readable or not. Raises JobNotFound if there is none."""
+def read_ranks(job_dir: str, *, trust: bool = False) -> dict[int, RankFile]:
+    """Every ranks/rank-<r>.json, readable or not. Raises JobNotFound if there is none,
+    UntrustedJobDir if the job directory is another user's (unless `trust`)."""
+    from .diagnosis.untrusted import RefusedPath, SafeDir
+
+    check_job_dir(job_dir, trust=trust)
     ranks_dir = os.path.join(job_dir, "ranks")
     try:
-        names = os.listdir(ranks_dir)
+        with SafeDir.open_root(job_dir) as root, root.subdir("ranks") as folder:
+            return _read_rank_files(folder, ranks_dir)
     except FileNotFoundError:
         raise JobNotFound(f"{job_dir}: no such job directory (is HETOBS_DIR / --dir right?)") from None
+    except RefusedPath as e:
+        raise JobNotFound(f"{ranks_dir}: {e.strerror}") from None
+
+
+def _read_rank_files(folder: Any, ranks_dir: str) -> dict[int, RankFile]:
     out: dict[int, RankFile] = {}
-    for name in names:
+    for name, _kind in folder.entries():
         if not (name.startswith("rank-") and name.endswith(".json")) or not name[5:-5].isdigit():
             continue
         rank = int(name[5:-5])
         path = os.path.join(ranks_dir, name)
         try:
             # untrusted: never through a link, never a FIFO (it would block) or a device
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-            with os.fdopen(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    raise OSError(f"{path} is not a regular file: not opened")
-                data = json.loads(f.read())
+            data = json.loads(folder.read(name))
             if not isinstance(data, dict) or data.get("schema") != "hetobs.rank":
                 out[rank] = RankFile(rank, path, None, "not a hetobs rank file (schema)")
-            elif not str(data.get("version", "")).startswith("1."):
-                out[rank] = RankFile(rank, path, None, f"rank file version {data.get('version')} is not 1.x")
+            elif not str(data.get("version", "")).startswith(("1.", "2.")):
+                out[rank] = RankFile(rank, path, None, f"rank file version {data.get('version')} is not 1.x or 2.x")
             else:
                 out[rank] = RankFile(rank, path, data)
         except (OSError, ValueError) as e:
-            out[rank] = RankFile(rank, path, None, f"unreadable: {e}")
+            out[rank] = RankFile(rank, path, None, f"unreadable: {e.strerror if isinstance(e, OSError) else e}")
     if not out:
-        raise JobNotFound(f"{job_dir}: no rank metadata (ranks/rank-<r>.json)")
+        raise JobNotFound(f"{ranks_dir}: no rank metadata (ranks/rank-<r>.json)")
     return out
 
 
@@ -96,6 +104,7 @@ class JobSummary:
     rank_states: dict[int, str]
     incidents: int
     problems: dict[int, str] = field(default_factory=dict)  # rank -> why its file is unusable
+    refused: str | None = None  # why the directory was not read (another user's): state "refused"
 
 
 def _int(value: Any) -> int | None:
@@ -148,6 +157,10 @@ def list_jobs(root: str, *, proc: str = "/proc") -> list[JobSummary]:
             ranks = read_ranks(path)
         except JobNotFound:
             continue
+        except UntrustedJobDir as e:
+            jobs.append(JobSummary(job=name, path=path, start_time_ns=None, hosts=[], ranks=0, world_size=None,
+                                   state="refused", rank_states={}, incidents=0, refused=str(e)))
+            continue
         good = {r: rf.data for r, rf in ranks.items() if rf.data is not None}
         states = {r: rank_state(d, host, proc) for r, d in good.items()}
         starts = [t for d in good.values() if (t := _int(d.get("start_time_ns"))) is not None]
@@ -167,7 +180,7 @@ def list_jobs(root: str, *, proc: str = "/proc") -> list[JobSummary]:
 
 
 def request_dump(job_dir: str, *, secret: str | None = None, timeout: float = 10.0,
-                 cause: str = "hetobs dump (on demand)") -> OnDemandResult:
+                 cause: str = "hetobs dump (on demand)", trust: bool = False) -> OnDemandResult:
     """Ask every live rank of the job to dump now, into one new incident; wait (bounded) for the files.
 
     Ranks marked exited_cleanly are skipped. Each rank's answer comes from its own side
@@ -175,7 +188,7 @@ def request_dump(job_dir: str, *, secret: str | None = None, timeout: float = 10
     """
     from . import _core
 
-    ranks = read_ranks(job_dir)
+    ranks = read_ranks(job_dir, trust=trust)
     secret = os.environ.get("HETOBS_SECRET", "") if secret is None else secret
     incident = f"ondemand-{int(time.time() * 1000)}-{secrets.token_hex(2)}"
     result = OnDemandResult(incident)

@@ -11,9 +11,12 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import stat
 import struct
 from dataclasses import dataclass, field
 from typing import Iterator
+
+from .ownership import not_ours
 
 __all__ = [
     "StatsError", "RankStats", "CommStats", "LinkStats", "OpKindStats", "read_segment", "segment_paths",
@@ -21,15 +24,19 @@ __all__ = [
 ]
 
 MAGIC = b"HTBSTATS"
-VERSION = 2  # 2: island fields in the header and in each op record
+VERSION = 3  # 2: island fields in the header and in each op record; 3: a CommStats slot for relay ops
 OP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier", "send",
-            "recv", "gather", "scatter")
+            "recv", "gather", "scatter", "relay")
+# Versions read, with the op kinds each one's CommStats counts: only comm_bytes grew from 2
+# to 3 (and comms are stepped by comm_bytes), so a segment of a rank still on the older
+# build reads the same, without relay counts.
+_OP_KINDS_OF_VERSION = {2: 11, 3: len(OP_KINDS)}
 LATENCY_BUCKETS = 24  # bucket b: duration < 2**b microseconds (the last one: everything above)
 BANDWIDTH_BUCKETS = 20  # bucket b: busbw < 2**b MB/s (the last one: everything above)
 _DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
 _STATES = ("enqueued", "started", "completed", "failed")
 _ALGOS = ("none", "ring", "direct", "chain", "p2p")
-_BACKENDS = ("native", "gloo", "nccl", "mpi", "islands")
+_BACKENDS = ("native", "gloo", "nccl", "mpi", "islands", "vendor")
 # Busy-time phases of a hierarchical op, in the order of the header's totals and a record's `phases`.
 ISLAND_PHASES = ("vendor", "d2h", "wire", "h2d")
 
@@ -47,7 +54,13 @@ _HEADER_FIELDS = (
 )
 _COMM_HEAD = struct.Struct("<QQiiQQQqII")  # version .. failed (64 bytes)
 _OPKIND = struct.Struct("<QQQQ" + "Q" * (LATENCY_BUCKETS + BANDWIDTH_BUCKETS))
-_LINK = struct.Struct("<Qii8s" "QQQQqq" "QQQQQQQq")
+_LINK = struct.Struct("<Qii8s" "QQQQqq" "QQQQQQQq" "Q")  # ..., reconnects
+# LinkHealth (record/link_health.h), appended after _LINK within the same version: present
+# when link_bytes has room for it (segments of older builds lack it; their links read as before).
+_HEALTH = struct.Struct("<Qq" "QQQQQQQQQ" "QQQ" "Q")
+HEALTH_FIELDS = ("rtt_us", "rttvar_us", "retransmits_total", "retransmitting", "unacked", "lost",
+                 "delivery_rate_bps", "bytes_acked", "bytes_received", "ms_since_data_sent",
+                 "ms_since_data_recv", "ms_since_ack_recv", "rate_app_limited")
 _RECORD = struct.Struct("<QQQQQQQQqqqddiiiBBBBBBB5x96s" "16s" "qqqq" "I4x")
 
 
@@ -92,6 +105,10 @@ class LinkStats:
     busy_ns: int
     last_activity_ns: int  # wall clock, 0 if never
     progress: dict[str, int]
+    reconnects: int = 0  # times the TCP connection broke and was re-made
+    # TCP_INFO of the connection (HEALTH_FIELDS plus sampled_ns, wall clock); None when never
+    # sampled (shm links) or the segment predates link health.
+    tcp: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -221,11 +238,18 @@ def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankSta
     Raises StatsError naming the file for anything that is not a readable segment of VERSION.
     """
     try:
-        fd = os.open(path, os.O_RDONLY)
+        # /dev/shm is world-writable: never through a link, never a FIFO, never another user's.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise StatsError(f"{path}: cannot open ({e.strerror})") from None
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise StatsError(f"{path}: not a regular file (not a hetobs stats segment)")
+        why = not_ours(st)
+        if why:
+            raise StatsError(f"{path}: {why}: not read (a segment only its owner can trust)")
+        size = st.st_size
         if size < _HEADER.size:
             raise StatsError(f"{path}: truncated ({size} bytes; not a hetobs stats segment)")
         buf = mmap.mmap(fd, size, prot=mmap.PROT_READ)
@@ -235,8 +259,12 @@ def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankSta
         h = dict(zip(_HEADER_FIELDS, _HEADER.unpack_from(buf, 0)))
         if h["magic"] != MAGIC:
             raise StatsError(f"{path}: not a hetobs stats segment (magic {h['magic']!r})")
-        if h["version"] != VERSION:
-            raise StatsError(f"{path}: stats layout version {h['version']}, this hetobs reads version {VERSION}")
+        kinds = _OP_KINDS_OF_VERSION.get(h["version"])
+        if kinds is None:
+            raise StatsError(f"{path}: stats layout version {h['version']}, this hetobs reads versions "
+                             f"{', '.join(map(str, sorted(_OP_KINDS_OF_VERSION)))}")
+        if h["comm_bytes"] < _COMM_HEAD.size + kinds * _OPKIND.size:
+            raise StatsError(f"{path}: comm_bytes {h['comm_bytes']} too small for version {h['version']}")
         if h["total_bytes"] > size:
             raise StatsError(f"{path}: truncated ({size} of {h['total_bytes']} bytes)")
         comms = []
@@ -245,7 +273,7 @@ def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankSta
             raw = _seqlocked(buf, off, h["comm_bytes"])
             v = _COMM_HEAD.unpack_from(raw, 0)
             ops = {}
-            for k, name in enumerate(OP_KINDS):
+            for k, name in enumerate(OP_KINDS[:kinds]):
                 o = _OPKIND.unpack_from(raw, _COMM_HEAD.size + k * _OPKIND.size)
                 ops[name] = OpKindStats(o[0], o[1], o[2], o[3], tuple(o[4:4 + LATENCY_BUCKETS]),
                                         tuple(o[4 + LATENCY_BUCKETS:]))
@@ -256,15 +284,23 @@ def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankSta
                 failed=bool(v[9]), ops=ops))
         links = []
         offset_ns = h["wall_minus_mono_ns"]
+        with_health = h["link_bytes"] >= _LINK.size + _HEALTH.size
         for i in range(min(h["links_used"], h["link_capacity"])):
-            v = _LINK.unpack_from(buf, h["links_offset"] + i * h["link_bytes"])
+            at = h["links_offset"] + i * h["link_bytes"]
+            v = _LINK.unpack_from(buf, at)
+            tcp = None
+            if with_health:
+                hv = _HEALTH.unpack_from(buf, at + _LINK.size)
+                if hv[0]:
+                    tcp = dict(zip(HEALTH_FIELDS, hv[2:]), sampled_ns=hv[1])
             links.append(LinkStats(
                 comm_id=v[0], peer=v[1], global_peer=v[2], transport=_cstr(v[3]),
                 bytes_sent=v[4], bytes_recv=v[5], frames_sent=v[6], frames_recv=v[7], busy_ns=v[8],
                 last_activity_ns=v[9] + offset_ns if v[9] else 0,
                 progress=dict(zip(("send_posted", "send_sent", "send_acked", "send_done", "recv_posted",
                                    "recv_received", "recv_done"), v[10:17]),
-                              last_change_ns=v[17] + offset_ns if v[17] else 0)))
+                              last_change_ns=v[17] + offset_ns if v[17] else 0),
+                reconnects=v[18], tcp=tcp))
         recs = list(_records(buf, h, offset_ns, records)) if records else []
         island = _cstr(h["island"])
         return RankStats(

@@ -4,6 +4,7 @@
 #   bash scripts/test.sh                 # everything
 #   bash scripts/test.sh -m "not slow"   # skip the multi-process / wheel-building tests
 #   bash scripts/test.sh tests/test_cli_version.py -x
+#   SANITIZE=0 bash scripts/test.sh      # everything but the sanitizer builds (scripts/sanitize.sh)
 #
 # pytest's exit code 5 ("no tests collected") counts as a failure: a suite that ran
 # nothing must never look green.
@@ -11,6 +12,12 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup.sh
+
+# The native tests under ThreadSanitizer and AddressSanitizer+UBSan (scripts/sanitize.sh): with
+# the whole suite and in CI, not when a few tests are picked; SANITIZE=0 skips, SANITIZE=1 forces.
+if [[ "${SANITIZE:-}" == 1 || ( "${SANITIZE:-}" != 0 && ( $# -eq 0 || "${CI:-}" == true ) ) ]]; then
+    bash scripts/sanitize.sh
+fi
 
 rc=0
 .venv/bin/python -m pytest "$@" || rc=$?

@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 
 from _launch import free_port
 
-__all__ = ["InlineJob", "RankRun"]
+__all__ = ["InlineJob", "RankRun", "incident_ranks", "wait_until"]
 
 
 @dataclass
@@ -84,3 +84,21 @@ class InlineJob:
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+
+
+def wait_until(pred, timeout: float, what: str) -> None:
+    """Poll `pred` (a file appearing, dumps landing) until it holds; fail naming `what`."""
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def incident_ranks(job: InlineJob) -> dict[str, set[int]]:
+    """incident id -> the ranks whose dump of it is in the job directory so far."""
+    base = job.dir / job.job_id / "incidents"
+    out: dict[str, set[int]] = {}
+    for inc in os.listdir(base) if base.exists() else []:
+        out[inc] = {int(f[5:-5]) for f in os.listdir(base / inc) if f.startswith("rank-") and f.endswith(".json")}
+    return out

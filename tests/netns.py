@@ -98,3 +98,56 @@ class Hosts:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def add_local_interface(hosts: Hosts, i: int, name: str, addr: str) -> None:
+    """Give host i a second interface `name` with `addr`/24, reachable from host i only.
+
+    A veth pair with both ends inside host i (no dummy module needed); it goes when the
+    namespace does (Hosts.close).
+    """
+    ns = hosts.names[i]
+    _run("ip", "-n", ns, "link", "add", name, "type", "veth", "peer", "name", name + "p")
+    _run("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", name)
+    _run("ip", "-n", ns, "link", "set", name, "up")
+    _run("ip", "-n", ns, "link", "set", name + "p", "up")
+
+
+# --- link faults and limits (appended for tests/test_link_health.py) ---------------------------
+
+def drop_outgoing(hosts: Hosts, i: int, to: int) -> None:
+    """Host i's packets to host `to` vanish (iptables DROP in host i's OUTPUT); gone with the namespace."""
+    hosts.run(i, "iptables", "-A", "OUTPUT", "-d", hosts.addrs[to], "-j", "DROP")
+
+
+def rate_limit(hosts: Hosts, i: int, rate: str = "20mbit") -> None:
+    """Host i sends at most `rate` (tc tbf on its interface; this kernel has no netem). Gone with the namespace."""
+    hosts.run(i, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "32kbit",
+              "latency", "400ms")
+
+
+def drop_incoming(hosts: Hosts, i: int, frm: int) -> None:
+    """Host i hears nothing from host `frm` (iptables DROP in host i's INPUT); gone with the namespace."""
+    hosts.run(i, "iptables", "-A", "INPUT", "-s", hosts.addrs[frm], "-j", "DROP")
+
+
+def link_up(hosts: Hosts, i: int) -> None:
+    """Bring host i's switch port back up (undoes Hosts.link_down)."""
+    _run("ip", "-n", hosts.switch, "link", "set", f"p{i}", "up")
+
+
+def reset_tcp_for(hosts: Hosts, i: int, seconds: float) -> tuple[int, float]:
+    """Host i answers every TCP segment it receives with a reset (REJECT in its INPUT) for
+    `seconds`; returns (segments rejected, how long the rule was in place, measured in host i).
+
+    One shell inside host i inserts, waits, counts and deletes: the fault lasts `seconds` plus
+    two iptables runs, not plus the start-up of further `ip netns exec` processes, which take
+    hundreds of ms on a loaded machine and made a "1 s" fault last 1.5 s. If the shell dies
+    half-way the rule goes with the namespace (Hosts.close).
+    """
+    rule = "INPUT -p tcp -j REJECT --reject-with tcp-reset"
+    script = (f"iptables -I {rule} && t0=$(date +%s.%N) && sleep {seconds}; "
+              "n=$(iptables -nvxL INPUT | awk '/REJECT/ {s += $1} END {print s + 0}'); "
+              f"iptables -D {rule}; echo $n $t0 $(date +%s.%N)")
+    out = hosts.run(i, "sh", "-c", script).stdout.split()
+    return int(out[0]), float(out[2]) - float(out[1])

@@ -396,6 +396,7 @@ def prog_collectives(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
         # the job really runs on the transport it was asked for
         want_tr = os.environ.get("HETOBS_TRANSPORT", "auto")
         if W > 1 and want_tr != "auto":
+            comm.barrier()  # TCP peers connect on first use; a barrier talks to every one
             links = comm.links()
             ck.expect(sorted(l["peer"] for l in links) == [r for r in world if r != R], f"links: {links}")
             ck.expect(all(l["transport"] == want_tr for l in links),
@@ -506,6 +507,11 @@ def prog_collectives(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
         n32 = LARGE_BYTES // 4
         run_all_reduce(ck, comm, world, tag_of("L-ar-max"), n32, "float32", "max", label="large ")
         run_all_reduce(ck, comm, world, tag_of("L-ar-avg"), n32, "bfloat16", "avg", label="large ")
+        # Over TCP the ring is pipelined in 512 KiB segments: odd counts that cut blocks and
+        # segments unevenly, several segments per block at every world size, avg per segment.
+        run_all_reduce(ck, comm, world, tag_of("L-ar-odd"), n32 + 12345, "float32", "sum", label="large ")
+        run_all_reduce(ck, comm, world, tag_of("L-ar-odd8"), 5 * LARGE_BYTES // 4 + 7, "int8", "max", label="large ")
+        run_all_reduce(ck, comm, world, tag_of("L-ar-odd-avg"), LARGE_BYTES // 8 + 3, "float64", "avg", label="large ")
         run_reduce_scatter(ck, comm, world, tag_of("L-rs"), n32 + 5, "float32", "sum", label="large ")
         run_reduce_scatter(ck, comm, world, tag_of("L-rs8"), LARGE_BYTES + 3, "int8", "sum", label="large ")
         run_all_gather(ck, comm, world, tag_of("L-ag"), n32 // W + 1, "float32", label="large ")
@@ -1421,8 +1427,11 @@ PROGRAMS: dict[str, Callable[[Ctx, dict[str, Any]], dict[str, Any]]] = {
     "selftest": prog_selftest,
     "island_ops": prog_island_ops,
     "relay": lambda ctx, args: __import__("relay_programs").run(ctx, args),  # tests/relay_programs.py
+    "strangers": lambda ctx, args: __import__("wire_programs").strangers(ctx, args),  # tests/wire_programs.py
+    "fuzz_target": lambda ctx, args: __import__("wire_programs").fuzz_target(ctx, args),
     "wait_chain": prog_wait_chain,
     "sleep_hang": prog_sleep_hang,
+    "single_copy": lambda ctx, args: __import__("single_copy_programs").run(ctx, args),  # tests/single_copy_programs.py
 }
 
 

@@ -245,7 +245,37 @@ def prog_timeout(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
     return res
 
 
-PROGRAMS = {"timeout": prog_timeout, "matrix": prog_matrix, "env_chunks": prog_env_chunks, "mismatch": prog_mismatch, "kill": prog_kill,
+def prog_stats(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """A few relays, then this rank's live stats as the stats reader and the Prometheus exporter see them."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from hetobs import stats
+    from hetobs.exporters.prometheus import HetobsCollector
+    from hetobs.exporters.source import InProcessSource
+
+    comm = ctx.init()
+    peer = 1 - comm.rank
+    for k in range(int(args["relays"])):
+        n = 1000 * (k + 1) + comm.rank
+        src, dst = payload(comm.rank, peer, k, n), np.zeros(1000 * (k + 1) + peer, np.uint8)
+        comm.relay([(peer, src)], [(peer, dst)], stage="host")
+    recs = [r for r in comm.records() if r["op"] == "relay"]
+    [seg] = [p for p in stats.segment_paths(ctx.job_id) if p.endswith(f"-r{comm.rank}")]
+    relay = {c.comm_id: c.ops.get("relay") for c in stats.read_segment(seg).comms}
+    reg = CollectorRegistry()
+    reg.register(HetobsCollector(InProcessSource(ctx.job_id)))
+    text = generate_latest(reg).decode()
+    res = {"rank": comm.rank, "record_bytes": sum(int(r["bytes"]) for r in recs), "records": len(recs),
+           "comm_id": int(recs[0]["comm_id"]) if recs else None,
+           "stats": {str(c): (k.calls, k.bytes, k.errors) if k else None for c, k in relay.items()},
+           "prometheus": [ln for ln in text.splitlines() if 'op="relay"' in ln and ln.startswith(
+               ("hetobs_collectives_total", "hetobs_collective_bytes_total"))]}
+    comm.close()
+    return res
+
+
+PROGRAMS = {"stats": prog_stats, "timeout": prog_timeout, "matrix": prog_matrix, "env_chunks": prog_env_chunks,
+            "mismatch": prog_mismatch, "kill": prog_kill,
             "stalled_copy": prog_stalled_copy, "bad_input": prog_bad_input}
 
 

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from typing import Any
@@ -229,3 +230,79 @@ def test_timed_out_backend_is_stopped_and_reported() -> None:
     for ready in res.info["gloo"]["ready"]:
         with pytest.raises(ProcessLookupError):
             os.kill(ready["pid"], 0)
+
+
+# -- Open MPI as a peer --------------------------------------------------------------------
+
+needs_ompi = pytest.mark.skipif(not (shutil.which("mpirun") and importlib.util.find_spec("mpi4py")),
+                                reason="no Open MPI peer: mpirun (openmpi-bin) or mpi4py missing")
+
+
+def _gone(pids: list[int]) -> bool:
+    """Every pid exited (a zombie not yet reaped by init counts: it runs no more)."""
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if state not in ("Z", "X"):
+            return False
+    return True
+
+
+@needs_ompi
+@pytest.mark.slow
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "broadcast"])
+def test_ompi_interleaved_with_hetobs(core: Any, op: str) -> None:
+    """Open MPI (mpirun + mpi4py) runs in the same run at the same sizes as hetobs; each result is
+    verified once by its worker; hetobs rows carry the ratio to Open MPI's busbw."""
+    res = run_bench(BenchConfig(ranks=2, op=op, backends=("hetobs-shm", "ompi"), sizes=(8, 4096), reps=2,
+                                quick=True, memcpy_bytes=0))
+    assert not res.failures and not res.skipped, (res.failures, res.skipped)
+    by = {(r.backend, r.size): r for r in res.rows}
+    sizes = [element_count(op, s, 2, 4) * 4 for s in (8, 4096)]
+    assert sorted(by) == sorted((b, s) for b in ("hetobs-shm", "ompi") for s in sizes)
+    for s in sizes:
+        m, h = by[("ompi", s)], by[("hetobs-shm", s)]
+        assert m.time_us > 0 and m.busbw == pytest.approx(m.algbw * bus_factor(op, 2)) and m.reps == 2
+        assert m.busbw_vs_ompi is None
+        assert h.busbw_vs_ompi == pytest.approx(h.busbw / m.busbw)
+    ready = res.info["ompi"]["ready"]
+    assert [x["rank"] for x in ready] == [0, 1] and [x["size"] for x in ready] == [2, 2]
+    assert "Open MPI" in res.info["ompi"]["exit"][0]["mpi"]
+    assert _gone([x["pid"] for x in ready])
+
+
+@needs_ompi
+@pytest.mark.slow
+def test_ompi_four_ranks_cli_table() -> None:
+    """4 ranks on 2 cores (mpirun needs --oversubscribe, added by the runner); the table has the ratio column."""
+    p = _cli("--ranks", "4", "--sizes", "4K", "--reps", "1", "--backends", "ompi,hetobs-shm", "--quick")
+    assert p.returncode == 0, p.stderr
+    assert "busbw/ompi" in p.stdout and "hetobs-shm/ompi" in p.stdout, p.stdout
+
+
+@needs_ompi
+def test_timed_out_ompi_is_stopped_and_reported() -> None:
+    """A batch over the timeout fails Open MPI with a message; mpirun and its ranks are gone."""
+    res = run_bench(BenchConfig(ranks=2, backends=("ompi",), sizes=(64 << 20,), reps=1, quick=True,
+                                timeout_s=0.05, memcpy_bytes=0))
+    assert set(res.failures) == {"ompi"} and "no reply" in res.failures["ompi"]
+    assert res.rows == []
+    assert _gone([x["pid"] for x in res.info["ompi"]["ready"]])
+
+
+@pytest.mark.slow
+def test_forced_algorithm_variants(core: Any) -> None:
+    """hetobs-shm-direct / -ring force all_reduce's algorithm at every size (HETOBS_SMALL_BYTES), so the
+    crossover is measured in one run; the ranks' records say which algorithm really ran."""
+    res = run_bench(BenchConfig(ranks=2, backends=("hetobs-shm", "hetobs-shm-direct", "hetobs-shm-ring"),
+                                sizes=(4096, 1 << 20), reps=1, quick=True, memcpy_bytes=0))
+    assert not res.failures, res.failures
+    want = {"hetobs-shm": {"4096": ["direct"], str(1 << 20): ["ring"]},
+            "hetobs-shm-direct": {"4096": ["direct"], str(1 << 20): ["direct"]},
+            "hetobs-shm-ring": {"4096": ["ring"], str(1 << 20): ["ring"]}}
+    for backend, by_bytes in want.items():
+        for bye in res.info[backend]["exit"]:
+            assert bye["algorithms_by_bytes"] == by_bytes, (backend, bye)

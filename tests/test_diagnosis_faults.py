@@ -150,7 +150,7 @@ def test_killed_peer_is_named_by_the_abort_fields(launcher: Any, leak_check: Any
     dumps = _error_dumps(job_dir)
     assert sorted(dumps) == [0, 2], sorted(dumps)
     for r, d in dumps.items():
-        assert d["version"] == "1.1"
+        assert d["version"] == "2.0"
         c = next(c for c in d["comms"] if c["failed"])
         a = c["abort"]
         assert (a["kind"], a["suspect"], a["deviating"]) == ("peer_closed", 1, []), a

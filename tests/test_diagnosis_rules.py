@@ -454,11 +454,11 @@ def test_wrong_schema(tmp_path: Path) -> None:
 def test_newer_major_version(tmp_path: Path) -> None:
     job = JobSpec(4)
     job.not_joined(2)
-    job.dumps[3]["version"] = "2.0"
+    job.dumps[3]["version"] = "3.0"
     job.dumps[0]["version"] = "1.7"  # any 1.x is read
     rep = run(job.write(tmp_path))
     p = [p for p in rep.data_problems if p.path.endswith("rank-3.json")]
-    assert p and "version 2.0 is newer than this reader" in p[0].problem
+    assert p and "version 3.0 is newer than this reader" in p[0].problem
     assert not [p for p in rep.data_problems if p.path.endswith("rank-0.json")]
 
 
@@ -977,3 +977,50 @@ def test_the_default_incident_is_the_one_most_ranks_of_the_latest_event_dumped_i
     assert _latest_complete(list(times), times, dumps) == "hang-c9-s4"
     del times["hang-c9-s4"], dumps["hang-c9-s4"]
     assert _latest_complete(list(times), times, dumps) == "hang-c0-p4-r2"
+
+
+def _link_down_at_neighbouring_ops(tmp_path: Path, apart_ns: int) -> Path:
+    """Both ends of a blackholed link fail: rank 0 in all_reduce seq 4, rank 1 still in seq 3
+    (it waited for the last ack of seq 3). Each dumps into its own op's incident, and the
+    blackhole also cuts the side channel, so neither incident holds the other's dump (as
+    tests/test_flaky_network.py's permanent blackhole made it, about 1 run in 10)."""
+    link = ("link rank {a} (host vm, 198.18.0.{ha}:4445{a}) <-> rank {b} (host vm, 198.18.0.{hb}:4445{b}) is down: "
+            "it broke (while this rank waited for an ack: connection closed) and could not be re-made within "
+            "HETOBS_RECONNECT_TIMEOUT=3 s")
+    job = JobSpec(2, seq=4, incident="error-c0-s4")
+    job.fail_all({r: f"all_reduce seq 4 count 1 float32 max on comm 0 failed at rank {r}: "
+                     + link.format(a=r, b=1 - r, ha=r + 1, hb=2 - r) for r in (0, 1)})
+    for r in (0, 1):
+        job.dumps[r]["side_channel"] = {"asked": [1 - r], "answered": [], "unanswered": [1 - r]}  # type: ignore[index]
+        job.comm(r)["abort"] = {"kind": "transport", "reporter": r, "suspect": 1 - r, "received_from": None,
+                                "deviating": []}  # as the native dump gives it
+    late = job.copy()
+    job.dumps[1] = None
+    job_dir = job.write(tmp_path)
+    d1 = late.dumps[1]
+    assert d1 is not None
+    d1.update(incident="error-c0-s3", time_ns=T0 + apart_ns,
+              cause=str(d1["cause"]).replace("seq 4 count 1 float32 max", "seq 3 count 4194304 float32 sum"))
+    d1["entries"] = [e for e in d1["entries"] if e["collective_seq_id"] <= 3]
+    d1["entries"][-1].update(state="failed", error=d1["cause"])
+    c = late.comm(1)
+    c.update(last_coll_seq=2, cause=d1["cause"])
+    (job_dir / "incidents" / "error-c0-s3").mkdir()
+    (job_dir / "incidents" / "error-c0-s3" / "rank-1.json").write_text(json.dumps(d1))
+    return job_dir
+
+
+def test_a_link_down_seen_at_neighbouring_ops_is_the_link_not_a_silent_rank(tmp_path: Path) -> None:
+    rep = run(_link_down_at_neighbouring_ops(tmp_path, apart_ns=200_000_000))
+    assert [(v.kind.value, v.ranks, v.links) for v in faults(rep)] == [("transport_error", [], [(0, 1)])]
+    assert rep.incident == "error-c0-s3"  # the latest; rank 0's dump comes from error-c0-s4
+    assert any("rank(s) 0 left no dump in error-c0-s3" in n and "from error-c0-s4 is used" in n for n in rep.notes), \
+        rep.notes
+    assert not any("lies in" in p.problem for p in rep.data_problems), rep.data_problems
+
+
+def test_an_error_dump_of_another_event_is_not_borrowed(tmp_path: Path) -> None:
+    rep = run(_link_down_at_neighbouring_ops(tmp_path, apart_ns=60 * 10**9))  # a minute apart: another event
+    assert rep.incident == "error-c0-s3"  # the latest
+    assert not any("is used" in n for n in rep.notes), rep.notes
+    assert not any(v.kind.value == "transport_error" for v in faults(rep)), faults(rep)  # rank 0 has no dump here

@@ -32,6 +32,8 @@ from typing import Any
 
 import pytest
 
+from hetobs import stats
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _telemetry_job import REPO, RankJob, free_port  # noqa: E402
@@ -112,6 +114,24 @@ def _start_exporter(job: RankJob) -> str:
     return line.split("http://", 1)[1].split("/metrics", 1)[0]
 
 
+def _stop_inside_an_op(job: RankJob, rank: int) -> None:
+    """SIGSTOP `rank` at a moment its own stats show a collective in flight.
+
+    Stopped between two ops (the loop's Python, about 1 run in 30), a rank is `stopped`
+    and never `stuck`: right, but not the case this test checks. Its stats segment is
+    frozen with it, so reading it after the stop says which moment was caught.
+    """
+    pid = job.procs[rank].pid
+    [path] = [p for p in stats.segment_paths(job.job_id) if p.endswith(f"-r{rank}")]
+    for _ in range(50):
+        os.kill(pid, signal.SIGSTOP)
+        os.waitpid(pid, os.WUNTRACED)  # returns once the kernel has stopped it
+        if any(c.inflight_record is not None for c in stats.read_segment(path).comms):
+            return
+        os.kill(pid, signal.SIGCONT)
+    raise AssertionError(f"rank {rank} was never caught inside an op in 50 stops")
+
+
 def test_prometheus_scrapes_bytes_and_hang_gauge(tmp_path: Path) -> None:
     with RankJob("workload", WORLD, {"rounds": ROUNDS}, workdir=tmp_path,
                  env={"HETOBS_HANG_TIMEOUT": "3"}) as job:
@@ -137,8 +157,7 @@ def test_prometheus_scrapes_bytes_and_hang_gauge(tmp_path: Path) -> None:
         job.send("loop")
         job.wait_all("looping")
         victim = job.procs[1].pid
-        os.kill(victim, signal.SIGSTOP)
-        os.waitpid(victim, os.WUNTRACED)  # returns once the kernel has stopped it
+        _stop_inside_an_op(job, 1)
         t_stop = time.monotonic()
         try:
             q = f'hetobs_seconds_since_progress{{{sel},rank="1"}}'

@@ -156,7 +156,7 @@ def test_native_records_have_no_island(island_job: dict[str, Any]) -> None:
 
 def test_on_demand_dump_carries_island_phases_and_in_flight_phase(island_job: dict[str, Any]) -> None:
     for r, doc in enumerate(island_job["dumps"]):
-        assert doc["version"] == "1.1"
+        assert doc["version"] == "2.0"
         entries = _island_entries(doc["entries"])
         assert [e["phases"] for e in entries[:OPS]] == island_job["sent"][r]
         assert all(e["island"] == ISLANDS[r] and e["backend"] == "islands" for e in entries)
@@ -195,10 +195,10 @@ def test_old_segment_version_is_a_clear_error(island_job: dict[str, Any], tmp_pa
     raw[8:12] = struct.pack("<I", 1)  # StatsHeader.version of the layout before islands
     old = tmp_path / "hetobs-stats-old-r0"
     old.write_bytes(bytes(raw))
-    want = f"{old}: stats layout version 1, this hetobs reads version 2"
+    want = f"{old}: stats layout version 1, this hetobs reads versions 2, 3"
     with pytest.raises(stats.StatsError, match=re.escape(want)):
         stats.read_segment(str(old))
-    assert stats.VERSION == 2
+    assert stats.VERSION == 3  # islands (2), then the relay slot (3): both still read
 
 
 def _phase_tracks(doc: dict[str, Any], rank: int) -> dict[str, list[dict[str, Any]]]:

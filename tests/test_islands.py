@@ -31,6 +31,8 @@ LAYOUTS = {
     "2x2 gloo+hetobs": [("a", "gloo"), ("b", "hetobs"), ("a", "gloo"), ("b", "hetobs")],
     "2+1": [("a", "gloo"), ("a", "gloo"), ("b", "hetobs")],
     "3 islands 2+1+1": [("a", "gloo"), ("b", "hetobs"), ("c", "gloo"), ("a", "gloo")],
+    # equal islands cut alike: the native all-reduce among counterparts (hierarchical.py)
+    "2x2 gloo, counterparts": [("a", "gloo"), ("b", "gloo"), ("b", "gloo"), ("a", "gloo")],
     "2+3, both route shapes": [("a", "hetobs"), ("b", "gloo"), ("b", "gloo"), ("a", "hetobs"), ("b", "gloo")],
 }
 
@@ -128,3 +130,49 @@ def test_ddp_on_islands_trains_what_gloo_trains(tmp_path: Path) -> None:
         assert ops.count("all_reduce") >= 5 and "broadcast" in ops, ops
         assert {state for _, state, _ in run["records"]} == {"completed"}
         assert {island for _, _, island in run["records"]} == {"ab"[rank % 2]}
+
+
+RS_BODY = """
+import json, numpy as np, torch, torch.distributed as dist, hetobs
+dist.init_process_group("hetobs_islands")
+r, n = dist.get_rank(), dist.get_world_size()
+OPS = {"sum": (dist.ReduceOp.SUM, np.sum), "prod": (dist.ReduceOp.PRODUCT, np.prod),
+       "min": (dist.ReduceOp.MIN, np.min), "max": (dist.ReduceOp.MAX, np.max), "avg": (dist.ReduceOp.AVG, np.mean)}
+def value(q, count):
+    return ((np.arange(count) * 7 + q * 3) % 5 + 1).astype(np.float64)  # products of up to 5 of 1..5 stay exact
+bad = []
+for dt in (torch.float32, torch.int32, torch.float64):
+    for name, (op, fold) in OPS.items():
+        if name == "avg" and not dt.is_floating_point:
+            continue
+        for c in (1, 7, 1000):
+            out = torch.empty(c, dtype=dt)
+            dist.reduce_scatter_tensor(out, torch.from_numpy(value(r, n * c)).to(dt), op=op)
+            want = fold(np.stack([value(q, n * c) for q in range(n)]), axis=0)[r * c:(r + 1) * c]
+            want = torch.from_numpy(want).to(dt).to(torch.float64).numpy()
+            if not np.array_equal(out.to(torch.float64).numpy(), want):
+                bad.append(f"{dt} {name} {c}")
+c = 1 << 16  # the traffic of one more reduce_scatter: its relay op's bytes (the larger direction)
+dist.reduce_scatter_tensor(torch.empty(c), torch.ones(n * c))
+last = [x for x in hetobs.records() if x["op"] == "relay"][-1]
+print("RESULT " + json.dumps({"bad": bad, "relay_bytes": last["bytes"], "block_bytes": c * 4}), flush=True)
+"""
+
+# Per rank, what its relay op of a reduce_scatter carries (the larger direction), in blocks (the
+# output size): an island's partial of a block crosses once, to the rank whose block it is. Reducing
+# everything first carried 4 blocks in 2x2 and 3 / 6 blocks in 2+1.
+RS_RELAY_BLOCKS = {"2x2 gloo+hetobs": [1, 1, 1, 1], "2+1": [1, 1, 2]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(RS_RELAY_BLOCKS))
+def test_reduce_scatter_relays_only_each_island_s_partial_of_the_blocks_it_needs(name: str, tmp_path: Path) -> None:
+    layout = LAYOUTS[name]
+    rank_env = {r: {"HETOBS_ISLAND": isl, "HETOBS_ISLAND_BACKEND": be} for r, (isl, be) in enumerate(layout)}
+    with InlineJob(RS_BODY, len(layout), tmp_path, rank_env=rank_env) as job:
+        runs = job.wait(120)
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-2500:] for r in runs]
+    results = [json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))[7:]) for r in runs]
+    for rank, res in enumerate(results):
+        assert res["bad"] == [], (rank, res["bad"])
+    assert [res["relay_bytes"] / res["block_bytes"] for res in results] == RS_RELAY_BLOCKS[name]

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
 
-from _inline import InlineJob
+from _inline import InlineJob, incident_ranks, wait_until
 from hetobs.diagnosis import Options, diagnose
 from netns import NETNS_SKIP_REASON, Hosts
 
@@ -77,28 +76,12 @@ for i in range(8):
 """
 
 
-def _wait_for(pred, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def _hang_dumps(job: InlineJob) -> dict[str, set[int]]:
-    base = job.dir / job.job_id / "incidents"
-    out: dict[str, set[int]] = {}
-    for inc in os.listdir(base) if base.exists() else []:
-        out[inc] = {int(f[5:-5]) for f in os.listdir(base / inc) if f.startswith("rank-") and f.endswith(".json")}
-    return out
-
-
 @pytest.mark.slow
 def test_a_stopped_rank_is_named_with_its_island_and_the_vendor_op_waiting_on_it(tmp_path: Path) -> None:
     ready = str(tmp_path / "ready-")
     with InlineJob(STOPPED, 4, tmp_path, env={**HANG, "READY": ready}, rank_env=island_env(LAYOUT)) as job:
-        _wait_for(lambda: all(os.path.exists(ready + str(r)) for r in range(4)), 90, "the ranks to run")
-        _wait_for(lambda: any({0, 1, 3} <= ranks for ranks in _hang_dumps(job).values()), 30, "hang dumps")
+        wait_until(lambda: all(os.path.exists(ready + str(r)) for r in range(4)), 90, "the ranks to run")
+        wait_until(lambda: any({0, 1, 3} <= ranks for ranks in incident_ranks(job).values()), 30, "hang dumps")
         data = report(job)
         job.kill()
     top = data["verdicts"][0]
@@ -107,6 +90,59 @@ def test_a_stopped_rank_is_named_with_its_island_and_the_vendor_op_waiting_on_it
     # What the vendor wrapper recorded: rank 0 waits inside its island's Gloo op.
     assert any("gloo" in e and "rank 0" in e for e in top["evidence"]), top["evidence"]
     assert blamed(data) == {2}, data["verdicts"]
+
+
+# A vendor library hetobs has no wrapper of its own for (as HCCL or XCCL through their torch
+# plugins): here a torch plugin written in Python over Gloo, since neither runs on this
+# machine. Its ops go through hetobs's generic (Python) wrapper.
+STOPPED_IN_PLUGIN = """
+import os, signal, datetime, torch, torch.distributed as dist
+import hetobs
+
+class StubCCL(dist.ProcessGroup):
+    def __init__(self, store, rank, size, timeout):
+        super().__init__(rank, size)
+        self.g = dist.ProcessGroupGloo(store, rank, size, timeout)
+    def getBackendName(self): return "stubccl"
+    def allreduce(self, ts, opts): return self.g.allreduce(ts, opts)
+    def _reduce_scatter_base(self, out, inp, opts): return self.g._reduce_scatter_base(out, inp, opts)
+    def _allgather_base(self, out, inp, opts): return self.g._allgather_base(out, inp, opts)
+    def broadcast(self, ts, opts): return self.g.broadcast(ts, opts)
+    def barrier(self, opts): return self.g.barrier(opts)
+    def shutdown(self): self.g.shutdown()
+
+def create(opts, backend_options=None):
+    return StubCCL(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+
+dist.Backend.register_backend("stubccl", create, extended_api=True, devices=["cpu"])
+dist.init_process_group("hetobs_islands", timeout=datetime.timedelta(seconds=30))
+x = torch.ones(200000)
+for i in range(8):
+    if i == 5:
+        open(os.environ["READY"] + str(dist.get_rank()), "w").close()
+        if dist.get_rank() == 3:  # its island peer (rank 1) waits for it inside the plugin's op
+            os.kill(os.getpid(), signal.SIGSTOP)
+    dist.all_reduce(x)
+    x.fill_(1)
+"""
+
+
+@pytest.mark.slow
+def test_a_rank_stopped_in_an_island_of_a_plugin_library_is_named_with_the_plugin_op(tmp_path: Path) -> None:
+    ready = str(tmp_path / "ready-")
+    layout = {0: ("a", "gloo"), 1: ("b", "stubccl"), 2: ("a", "gloo"), 3: ("b", "stubccl")}
+    with InlineJob(STOPPED_IN_PLUGIN, 4, tmp_path, env={**HANG, "READY": ready},
+                   rank_env=island_env(layout)) as job:
+        wait_until(lambda: all(os.path.exists(ready + str(r)) for r in range(4)), 90, "the ranks to run")
+        wait_until(lambda: any({0, 1, 2} <= ranks for ranks in incident_ranks(job).values()), 30, "hang dumps")
+        data = report(job)
+        job.kill()
+    top = data["verdicts"][0]
+    assert (top["kind"], top["ranks"]) == ("rank_unresponsive", [3]), data["verdicts"]
+    assert "island b" in top["summary"], top["summary"]
+    # What the generic wrapper recorded: rank 1 waits inside the plugin's op of island b.
+    assert any("stubccl:island:b" in e and "rank 1" in e for e in top["evidence"]), top["evidence"]
+    assert blamed(data) == {3}, data["verdicts"]
 
 
 BLACKHOLE = """
@@ -125,19 +161,23 @@ for i in range(8):
 
 @pytest.mark.slow
 @pytest.mark.skipif(NETNS_SKIP_REASON is not None, reason=str(NETNS_SKIP_REASON))
-def test_a_blackholed_relay_link_between_hosts_is_named_and_no_rank_is_blamed(tmp_path: Path) -> None:
+# Equal islands cross by a native all_reduce among counterparts; HETOBS_RELAY_STAGE=host
+# takes the pipelined relay with its staging copies (the path of device tensors).
+@pytest.mark.parametrize("crossing", [{}, {"HETOBS_RELAY_STAGE": "host"}], ids=["counterparts", "staged relay"])
+def test_a_blackholed_relay_link_between_hosts_is_named_and_no_rank_is_blamed(crossing: dict[str, str],
+                                                                                tmp_path: Path) -> None:
     ready, go = str(tmp_path / "ready-"), str(tmp_path / "go")
     layout = {0: ("a", "gloo"), 1: ("a", "gloo"), 2: ("b", "gloo"), 3: ("b", "gloo")}
-    env = {**HANG, "HETOBS_HANG_TIMEOUT": "1.5", "READY": ready, "GO": go, "GLOO_SOCKET_IFNAME": "lo"}
+    env = {**HANG, "HETOBS_HANG_TIMEOUT": "1.5", "READY": ready, "GO": go, "GLOO_SOCKET_IFNAME": "lo", **crossing}
     with Hosts(2) as hosts:
         prefix = [hosts.prefix(0), hosts.prefix(0), hosts.prefix(1), hosts.prefix(1)]
         with InlineJob(BLACKHOLE, 4, tmp_path, env=env, rank_env=island_env(layout), transport="auto",
                        master_addr=hosts.addrs[0], prefix=prefix) as job:
-            _wait_for(lambda: all(os.path.exists(ready + str(r)) for r in range(4)), 90, "the ranks to run")
+            wait_until(lambda: all(os.path.exists(ready + str(r)) for r in range(4)), 90, "the ranks to run")
             # Host 1 hears nothing from host 0 from now on: island a's relay sends vanish.
             hosts.run(1, "iptables", "-A", "INPUT", "-s", hosts.addrs[0], "-j", "DROP")
             Path(go).touch()
-            _wait_for(lambda: any(set(range(4)) <= ranks for ranks in _hang_dumps(job).values()), 30,
+            wait_until(lambda: any(set(range(4)) <= ranks for ranks in incident_ranks(job).values()), 30,
                       "hang dumps")
             data = report(job)
             job.kill()

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from hetobs import jobs, stats
+from hetobs.diagnosis.membership import members_of
 
 TESTS = Path(__file__).resolve().parent
 SOURCES = TESTS / "mpi"
@@ -229,9 +230,10 @@ def test_collectives_records_counters_and_dump(programs: dict[str, Path], mpi_li
         assert m["exited_cleanly"] is False
         assert m["side_channel"]["port"] > 0
         wm = [c for c in m["comms"] if c["comm_id"] == 0]
-        assert wm and wm[0]["backend"] == "mpi" and wm[0]["global_ranks"] == list(range(NP))
+        assert wm and wm[0]["backend"] == "mpi" and members_of(run.job_dir, wm[0]).members == tuple(range(NP))
         split = [c for c in m["comms"] if c["comm_id"] != 0 and c["size"] == 2]
-        assert len(split) == 1 and split[0]["global_ranks"] == [g for g in range(NP) if g % 2 == r % 2]
+        assert len(split) == 1
+        assert members_of(run.job_dir, split[0]).members == tuple(g for g in range(NP) if g % 2 == r % 2)
 
     # Live counters from each rank's stats segment equal the calls the program made.
     segs = run.segments()
@@ -325,7 +327,8 @@ def test_topology_communicators_are_watched(programs: dict[str, Path], mpi_lib: 
     # Every member derives the same id; the two rows of the grid differ.
     assert {k: len(v) for k, v in ids.items()} == {k: 2 if k == ("all_reduce", 2) else 1 for k in TOPOLOGY_COMMS}
     # Size 2: the grid's row (Cart_sub) and the parity split that feeds Intercomm_create.
-    pairs = {r: sorted(c["global_ranks"] for c in m["comms"] if c["size"] == 2) for r, m in _rank_files(run).items()}
+    pairs = {r: sorted(list(members_of(run.job_dir, c).members) for c in m["comms"] if c["size"] == 2)
+             for r, m in _rank_files(run).items()}
     assert pairs == {0: [[0, 1], [0, 2]], 1: [[0, 1], [1, 3]], 2: [[0, 2], [2, 3]], 3: [[1, 3], [2, 3]]}, pairs
     (sync / "go").touch()
     assert run.wait() == 0, run.output()
@@ -544,3 +547,48 @@ def test_watchdog_off_means_inert(programs: dict[str, Path], mpi_lib: str, tmp_p
     assert p.returncode == 0 and "hetobs:" not in err, err
     assert not (tmp_path / "hetobs").exists()
     assert stats.segment_paths("single") == []
+
+
+# A crawling mpi4py job (rank 1 computes 3x longer between collectives) judged live by
+# `diagnose --window`: the interposer's records go through the same window rule.
+MPI4PY_CRAWL = r"""
+import os, sys, time
+import numpy as np
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+sync = sys.argv[1]
+compute_s = 0.02 * (3 if rank == 1 else 1)
+x, y = np.ones(4096, dtype=np.float32), np.empty(4096, dtype=np.float32)
+i = 0
+while True:  # killed by the test (MpiRun.close): only the data op, so every op judged is one the slow rank is late to
+    if i == 3:
+        open(os.path.join(sync, f"ready-{rank}"), "w").close()
+    time.sleep(compute_s)  # stands for the step's compute, not for synchronization
+    comm.Allreduce(x, y, op=MPI.SUM)
+    i += 1
+"""
+
+
+def test_window_names_the_slow_rank_of_an_mpi_job_as_straggler(mpi_lib: str, mpirun: Any, tmp_path: Path) -> None:
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install -e '.[test]')")
+    script = tmp_path / "mpi4py_crawl.py"
+    script.write_text(MPI4PY_CRAWL)
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    run = mpirun(mpi_lib, [sys.executable, script, sync], np=3, env={"HETOBS_HANG_TIMEOUT": "30"})
+    run.wait_for("every rank to run", lambda: all((sync / f"ready-{r}").exists() for r in range(3)), timeout=60)
+    time.sleep(3)  # let a full window of ops happen (the window is what is judged)
+    p = subprocess.run([sys.executable, "-m", "hetobs.cli", "diagnose", "--job", run.job, "--dir", str(run.dir),
+                        "--window", "3", "--json"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "HETOBS_SECRET": run.secret})
+    run.close()
+    assert p.stdout.strip(), p.stderr
+    data = json.loads(p.stdout)
+    assert str(data["incident"]).startswith("ondemand-"), data  # judged on a dump taken now
+    assert p.returncode == 0 and data["status"] == "healthy", data
+    assert [v["kind"] for v in data["verdicts"]] == ["straggler"], data["verdicts"]
+    [v] = data["verdicts"]
+    assert v["ranks"] == [1], v
+    assert any("arrived last at" in e for e in v["evidence"]), v["evidence"]

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from hetobs.stats import read_segment
+from hetobs.diagnosis.membership import members_of
 
 NCCL_TESTS = Path(__file__).resolve().parent / "nccl"
 REPO = Path(__file__).resolve().parent.parent
@@ -337,7 +338,7 @@ def test_two_ranks_proxy_progress_hang_dumps_and_link_diagnosis(tmp_path: Path, 
         d = json.loads((incident / f"rank-{r}.json").read_text())
         assert d["reason"] in ("watchdog", "peer_request")
         c = nccl_comm(d)
-        assert c["ring"] == [0, 1]
+        assert members_of(tmp_path / "jobs" / job, c).ring == (0, 1)
         f = c["in_flight"]
         assert (f["op"], f["collective_seq_id"], f["count"]) == ("all_reduce", 7, 4096)
         (p,) = f["peers"]
@@ -373,7 +374,7 @@ def test_side_channel_reaches_the_other_rank(tmp_path: Path, fakes: Path, lib: P
     procs.extend(apps)
     for app in apps:
         app.expect("STALLED")
-    wait_for(lambda: all(len([p for p in rank_file(tmp_path, job, r)["peers"] if p["port"]]) == 2 for r in (0, 1)),
+    wait_for(lambda: all(rank_file(tmp_path, job, r)["side_channel"]["port"] for r in (0, 1)),
              what="both ranks to know both side channels")
     out = subprocess.run([sys.executable, "-m", "hetobs.cli", "dump", "--job", job, "--dir", str(tmp_path / "jobs"),
                           "--json"], capture_output=True, text=True, timeout=60)
@@ -649,8 +650,8 @@ def test_torchrun_static_launch_shares_one_derived_job(tmp_path: Path, fakes: Pa
         app.expect("STALLED")
     (job_dir,) = list((tmp_path / "jobs").iterdir())
     assert job_dir.name.startswith("launch-") and job_dir.name != "none"
-    wait_for(lambda: all(len([p for p in rank_file(tmp_path, job_dir.name, r)["peers"] if p["port"]]) == 2
-                         for r in (0, 1)), what="both ranks to know both side channels")
+    wait_for(lambda: all(rank_file(tmp_path, job_dir.name, r)["side_channel"]["port"] for r in (0, 1)),
+             what="both ranks to know both side channels")
     for app in apps:
         app.proceed()
         assert app.finish() == 0

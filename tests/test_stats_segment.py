@@ -58,7 +58,8 @@ def test_layout_matches_the_native_structs() -> None:
     native = _core.stats_layout()
     assert native["sizeof.StatsHeader"] == stats._HEADER.size
     assert native["sizeof.CommStats"] == stats._COMM_HEAD.size + len(stats.OP_KINDS) * stats._OPKIND.size
-    assert native["sizeof.LinkStats"] == stats._LINK.size
+    assert native["sizeof.LinkStats"] == stats._LINK.size + stats._HEALTH.size
+    assert native["LinkStats.health"] == stats._LINK.size  # appended: shorter-layout readers skip it
     assert native["sizeof.OpRecord"] == stats._RECORD.size
     # Field offsets the reader depends on, computed from its struct format.
     fmt = stats._HEADER.format
@@ -132,14 +133,34 @@ def _damaged_copy(src: str, tmp_path: Path, offset: int, data: bytes) -> str:
     return str(dst)
 
 
-def test_other_version_is_refused_with_the_file_named(live_rank, tmp_path: Path) -> None:
+@pytest.mark.parametrize("other", [1, stats.VERSION + 1])
+def test_other_version_is_refused_with_the_file_named(live_rank, tmp_path: Path, other: int) -> None:
     _, job = live_rank
     [path] = stats.segment_paths(job)
-    old = stats.VERSION - 1  # a segment of the layout before this one
-    bad = _damaged_copy(path, tmp_path, 8, struct.pack("<I", old))
-    want = rf"damaged-segment: stats layout version {old}, this hetobs reads version {stats.VERSION}"
+    bad = _damaged_copy(path, tmp_path, 8, struct.pack("<I", other))
+    want = rf"damaged-segment: stats layout version {other}, this hetobs reads versions 2, 3"
     with pytest.raises(stats.StatsError, match=want):
         stats.read_segment(bad)
+
+
+def test_a_version_2_segment_reads_without_relay_counts(live_rank, tmp_path: Path) -> None:
+    """Version 3 only grew CommStats by the relay slot: a rank still on a version-2 build (comm_bytes
+    without it) reads as before, every other kind counted, relay absent rather than misread."""
+    _, job = live_rank
+    [path] = stats.segment_paths(job)
+    comm_bytes_at = 20  # magic, version, header_bytes, comm_capacity
+    v2_comm_bytes = stats._COMM_HEAD.size + 11 * stats._OPKIND.size
+    raw = bytearray(Path(path).read_bytes())
+    raw[8:12] = struct.pack("<I", 2)
+    raw[comm_bytes_at:comm_bytes_at + 4] = struct.pack("<I", v2_comm_bytes)
+    old = tmp_path / "v2-segment"
+    old.write_bytes(bytes(raw))
+    [comm] = stats.read_segment(str(old)).comms  # one comm: its slot starts where it did
+    assert comm.ops["all_reduce"].calls == 7 and "relay" not in comm.ops
+    assert "relay" in stats.read_segment(path).comms[0].ops
+    short = _damaged_copy(str(old), tmp_path, comm_bytes_at, struct.pack("<I", v2_comm_bytes - 8))
+    with pytest.raises(stats.StatsError, match="comm_bytes .* too small for version 2"):
+        stats.read_segment(short)
 
 
 def test_foreign_and_truncated_files_are_refused(live_rank, tmp_path: Path) -> None:

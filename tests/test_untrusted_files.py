@@ -44,7 +44,7 @@ def _gone_job(tmp_path: Path, world: int = 5) -> tuple[JobSpec, Path]:
 def test_unusable_dumps_are_alive_not_dead(tmp_path: Path) -> None:
     job, proc = _gone_job(tmp_path)
     job.not_joined(3)
-    job.dumps[4]["version"] = "2.0"  # a future schema
+    job.dumps[4]["version"] = "3.0"  # a future schema
     job_dir = job.write(tmp_path)
     inc = job_dir / "incidents" / job.incident
     text = (inc / "rank-0.json").read_text()

@@ -2,6 +2,7 @@
 // hetobs.PeerError whether the error was born in C++ or Python.
 #include <pybind11/pybind11.h>
 
+#include "hetobs/common/connect_retry.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/json.h"
 #include "register.h"
@@ -27,6 +28,14 @@ void registerErrors(py::module_& m) {
       if (p) std::rethrow_exception(p);
     } catch (const MismatchError& e) {
       PyErr_SetString(mismatch, utf8Valid(e.what()).c_str());
+    } catch (const ConnectError& e) {
+      // Structured fields beside the message, so callers never parse our English.
+      py::gil_scoped_acquire gil;
+      py::object exc = py::reinterpret_borrow<py::object>(peer)(utf8Valid(e.what()));
+      exc.attr("peer_rank") = e.peer;
+      exc.attr("address") = e.address;
+      exc.attr("attempts") = e.attempts;
+      PyErr_SetObject(peer, exc.ptr());
     } catch (const PeerError& e) {
       PyErr_SetString(peer, utf8Valid(e.what()).c_str());
     } catch (const TimeoutError& e) {

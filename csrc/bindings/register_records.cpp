@@ -143,7 +143,7 @@ void registerRecords(py::module_& m) {
     OFF(StatsHeader, island_vendor_ns); OFF(StatsHeader, island_ops);
     OFF(CommStats, comm_id); OFF(CommStats, coll_seq); OFF(CommStats, inflight_record); OFF(CommStats, failed);
     OFF(CommStats, ops);
-    OFF(LinkStats, transport); OFF(LinkStats, counters); OFF(LinkStats, progress);
+    OFF(LinkStats, transport); OFF(LinkStats, counters); OFF(LinkStats, progress); OFF(LinkStats, health);
     OFF(OpRecord, record_id); OFF(OpRecord, algbw_gbps); OFF(OpRecord, root_or_peer); OFF(OpRecord, op);
     OFF(OpRecord, error); OFF(OpRecord, island); OFF(OpRecord, phases);
 #undef OFF

@@ -32,6 +32,7 @@ import os
 import re
 import selectors
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -58,7 +59,16 @@ BACKENDS: dict[str, tuple[str, str | None]] = {
     "hetobs-shm": ("hetobs", "shm"),
     "hetobs-tcp": ("hetobs", "tcp"),
     "hetobs": ("hetobs", "auto"),
+    # shared memory with all_reduce's algorithm forced (HETOBS_SMALL_BYTES), to measure the crossover
+    "hetobs-shm-direct": ("hetobs", "shm"),
+    "hetobs-shm-ring": ("hetobs", "shm"),
+    "hetobs-tcp-direct": ("hetobs", "tcp"),
+    "hetobs-tcp-ring": ("hetobs", "tcp"),
+    # shared memory without the single-copy path (HETOBS_SHM_SINGLE_COPY_BYTES off), to measure its crossover
+    "hetobs-shm-2copy": ("hetobs", "shm"),
     "gloo": ("gloo", None),
+    # Open MPI through mpi4py, started by mpirun with its default binding (the peer to beat)
+    "ompi": ("mpi", None),
     # "hetobs_islands" over the same ranks cut into two islands (first half, second half),
     # Gloo inside each: host tensors straight on the relay's wire; staged through the relay's
     # copies (what device memory takes), pipelined; and staged unpipelined (copy all, send
@@ -67,8 +77,13 @@ BACKENDS: dict[str, tuple[str, str | None]] = {
     "islands-staged": ("islands", "auto"),
     "islands-unpipelined": ("islands", "auto"),
 }
-#: Extra environment of the island variants.
+#: Extra environment of the forced-algorithm and island variants.
 ISLAND_ENV: dict[str, dict[str, str]] = {
+    "hetobs-shm-direct": {"HETOBS_SMALL_BYTES": str(1 << 62)},
+    "hetobs-shm-ring": {"HETOBS_SMALL_BYTES": "0"},
+    "hetobs-tcp-direct": {"HETOBS_SMALL_BYTES": str(1 << 62)},
+    "hetobs-tcp-ring": {"HETOBS_SMALL_BYTES": "0"},
+    "hetobs-shm-2copy": {"HETOBS_SHM_SINGLE_COPY_BYTES": str(1 << 62)},
     "islands": {"HETOBS_RELAY_STAGE": "auto"},
     "islands-staged": {"HETOBS_RELAY_STAGE": "host", "HETOBS_RELAY_PIPELINE": "1"},
     "islands-unpipelined": {"HETOBS_RELAY_STAGE": "host", "HETOBS_RELAY_PIPELINE": "0"},
@@ -189,6 +204,12 @@ def backend_unavailable(name: str) -> str | None:
     if name not in BACKENDS:
         return f"unknown backend {name!r} (expected one of {', '.join(BACKENDS)})"
     kind = BACKENDS[name][0]
+    if kind == "mpi":
+        if shutil.which("mpirun") is None:
+            return "mpirun is not on PATH (Debian: apt-get install openmpi-bin)"
+        if importlib.util.find_spec("mpi4py") is None:
+            return "mpi4py is not installed (pip install mpi4py)"
+        return None
     if kind in ("gloo", "islands"):
         if importlib.util.find_spec("torch") is None:
             return "torch is not installed (pip install 'hetobs[torch]')"
@@ -206,7 +227,7 @@ def backend_unavailable(name: str) -> str | None:
 class BenchConfig:
     ranks: int = 2
     op: str = "all_reduce"
-    backends: tuple[str, ...] = ("hetobs-shm", "hetobs-tcp", "gloo")
+    backends: tuple[str, ...] = ("hetobs-shm", "hetobs-tcp", "gloo", "ompi")
     sizes: tuple[int, ...] | None = None  # None: DEFAULT_SIZES (QUICK_SIZES with quick)
     reps: int | None = None  # None: 5 (3 with quick)
     dtype: str = "float32"
@@ -260,6 +281,7 @@ class Row:
     algbw: float
     busbw: float
     busbw_vs_gloo: float | None = None  # busbw / Gloo's busbw at this size, same run
+    busbw_vs_ompi: float | None = None  # busbw / Open MPI's busbw at this size, same run
     busbw_of_memcpy: float | None = None  # busbw / memcpy GB/s, for sizes >= 16 MiB
     memcpy_gbs: float | None = None
     reps: int = 0  # repetitions measured
@@ -357,25 +379,36 @@ class _Job:
     # protocol
     def request(self, msg: dict[str, Any], timeout: float, what: str) -> list[dict[str, Any]]:
         line = (json.dumps(msg) + "\n").encode()
-        for r, p in enumerate(self.procs):
+        for r in range(self.cfg.ranks):
             try:
-                assert p.stdin is not None
-                p.stdin.write(line)
-                p.stdin.flush()
+                w = self._writer(r)
+                w.write(line)
+                w.flush()
             except (BrokenPipeError, OSError):
                 raise BenchError(self._died(r, what)) from None
         return self.receive(timeout, what)
 
+    def _writer(self, r: int) -> Any:
+        """Where rank r reads its commands from."""
+        stdin = self.procs[r].stdin
+        assert stdin is not None
+        return stdin
+
+    def _reader(self, r: int) -> Any:
+        """Where rank r writes its replies (something with a file descriptor)."""
+        stdout = self.procs[r].stdout
+        assert stdout is not None
+        return stdout
+
     def receive(self, timeout: float, what: str) -> list[dict[str, Any]]:
         """One JSON reply from every rank, in rank order."""
-        replies: list[dict[str, Any] | None] = [None] * len(self.procs)
+        replies: list[dict[str, Any] | None] = [None] * self.cfg.ranks
         deadline = time.monotonic() + timeout
         sel = selectors.DefaultSelector()
         try:
-            for r, p in enumerate(self.procs):
+            for r in range(self.cfg.ranks):
                 if not self._take_line(r, replies):
-                    assert p.stdout is not None
-                    sel.register(p.stdout, selectors.EVENT_READ, r)
+                    sel.register(self._reader(r), selectors.EVENT_READ, r)
             while any(x is None for x in replies):
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -457,6 +490,143 @@ class _Job:
         return byes
 
 
+class _MpiJob(_Job):
+    """Open MPI's ranks under one `mpirun` (default binding: no --bind-to), each speaking the
+    worker protocol over a TCP connection to this process (mpirun gives ranks no stdin of
+    their own and merges their stdout)."""
+
+    def __init__(self, name: str, cfg: BenchConfig, workdir: str) -> None:
+        super().__init__(name, cfg, workdir)
+        self._socks: list[socket.socket] = []
+        self._files: list[Any] = []
+
+    def start(self) -> None:
+        n = self.cfg.ranks
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(n)
+            host, port = listener.getsockname()
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "LD_PRELOAD")}
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), _import_root()) if p)
+            env.setdefault("OMP_NUM_THREADS", "1")
+            op_timeout = max(self.cfg.timeout_s, self.cfg.start_timeout_s)
+            cmd = [shutil.which("mpirun") or "mpirun", "-np", str(n)]
+            if os.geteuid() == 0:
+                cmd.append("--allow-run-as-root")
+            if n > (os.cpu_count() or 1):
+                cmd.append("--oversubscribe")
+            cmd += [sys.executable, "-m", "hetobs.bench.worker", "--backend", "mpi", "--op", self.cfg.op,
+                    "--dtype", self.cfg.dtype, "--timeout", str(op_timeout), "--control", f"{host}:{port}"]
+            log = os.path.join(self.workdir, f"{self.name}-mpirun.log")
+            self.logs = [log] * n
+            with open(log, "wb") as out:
+                # its own session: closing kills mpirun and every rank it started in one signal
+                self.procs = [subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                               env=env, start_new_session=True)]
+            self._accept(listener, n)
+        finally:
+            listener.close()
+        self.ready = self.receive(self.cfg.start_timeout_s, "start-up")
+        # connections arrive in any order: put them in rank order by what each rank said first
+        order = sorted(range(n), key=lambda i: int(self.ready[i]["rank"]))
+        if [int(self.ready[i]["rank"]) for i in order] != list(range(n)):
+            raise BenchError(f"{self.name}: ranks reported {[x['rank'] for x in self.ready]}, expected 0..{n - 1}")
+        self._socks = [self._socks[i] for i in order]
+        self._files = [self._files[i] for i in order]
+        self.ready = [self.ready[i] for i in order]
+
+    def _accept(self, listener: socket.socket, n: int) -> None:
+        deadline = time.monotonic() + self.cfg.start_timeout_s
+        listener.settimeout(0.5)
+        while len(self._socks) < n:
+            if self.procs[0].poll() is not None:
+                raise BenchError(self._died(0, "start-up"))
+            if time.monotonic() > deadline:
+                raise BenchError(f"{self.name}: {len(self._socks)} of {n} ranks connected within "
+                                 f"{self.cfg.start_timeout_s:g} s" + self._tails([0]))
+            try:
+                conn, _ = listener.accept()
+            except socket.timeout:
+                continue
+            conn.setblocking(True)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._socks.append(conn)
+            self._files.append(conn.makefile("wb"))
+            self._bufs.append(b"")
+
+    def _writer(self, r: int) -> Any:
+        return self._files[r]
+
+    def _reader(self, r: int) -> Any:
+        return self._socks[r]
+
+    def _died(self, r: int, what: str) -> str:
+        try:
+            code = self.procs[0].wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        how = f"(mpirun exited with code {code})" if code is not None else "closed its connection"
+        return f"{self.name}: rank {r} {how} during {what}" + self._tails([r])
+
+    def _kill_ranks(self, timeout: float = 10.0) -> None:
+        """SIGKILL every rank that said it was ready (one that left mpirun's process group
+        survives killpg) and wait until each has exited: they are not our children, so a
+        pidfd tells when."""
+        fds = []
+        for ready in self.ready:
+            try:
+                pid = int(ready["pid"])
+                fd = os.pidfd_open(pid)
+            except (ProcessLookupError, KeyError, ValueError, OSError):
+                continue  # gone already
+            fds.append(fd)
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            deadline = time.monotonic() + timeout
+            with selectors.DefaultSelector() as sel:
+                for fd in fds:
+                    sel.register(fd, selectors.EVENT_READ)
+                while sel.get_map() and time.monotonic() < deadline:
+                    for key, _ in sel.select(max(0.0, deadline - time.monotonic())):
+                        sel.unregister(key.fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _tails(self, ranks: Sequence[int], lines: int = 12) -> str:
+        return super()._tails(list(ranks)[:1], lines)  # one log: mpirun's, every rank's output merged
+
+    def close(self, graceful: bool = True) -> list[dict[str, Any]]:
+        byes: list[dict[str, Any]] = []
+        mpirun = self.procs[0] if self.procs else None
+        if graceful and mpirun is not None and mpirun.poll() is None and len(self._socks) == self.cfg.ranks:
+            try:
+                byes = self.request({"cmd": "exit"}, 30.0, "shutdown")
+            except BenchError:
+                byes = []
+        if mpirun is not None:
+            try:
+                mpirun.wait(timeout=10 if graceful else 0.1)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(mpirun.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                mpirun.wait()
+                self._kill_ranks()
+        for f in (*self._files, *self._socks):
+            try:
+                f.close()
+            except OSError:
+                pass
+        return byes
+
+
 # -- the run -------------------------------------------------------------------------------
 
 def run_bench(config: BenchConfig, progress: Callable[[Progress], None] | None = None) -> BenchResult:
@@ -503,7 +673,7 @@ def run_bench(config: BenchConfig, progress: Callable[[Progress], None] | None =
             if b in skipped:
                 continue
             tell(0, 0, f"starting {b} ({n} ranks)")
-            job = _Job(b, cfg, workdir)
+            job = (_MpiJob if BACKENDS[b][0] == "mpi" else _Job)(b, cfg, workdir)
             jobs[b] = job
             try:
                 job.start()
@@ -579,10 +749,14 @@ def _rows(cfg: BenchConfig, plan: list[tuple[int, int, int, int]], samples: dict
                 rank_time_us=[m * 1e6 for m in medians],
             ))
     gloo = {r.size: r for r in rows if r.backend == "gloo"}
+    ompi = {r.size: r for r in rows if r.backend == "ompi"}
     for r in rows:
         g = gloo.get(r.size)
         if r.backend != "gloo" and g is not None and g.busbw > 0:
             r.busbw_vs_gloo = r.busbw / g.busbw
+        m = ompi.get(r.size)
+        if r.backend != "ompi" and m is not None and m.busbw > 0:
+            r.busbw_vs_ompi = r.busbw / m.busbw
         if memcpy_gbs and r.size >= 16 * MiB:
             r.busbw_of_memcpy = r.busbw / memcpy_gbs
     return rows

@@ -1,9 +1,12 @@
-"""One rank of a benchmark job: `python -m hetobs.bench.worker --backend hetobs|gloo|islands --op OP`.
+"""One rank of a benchmark job: `python -m hetobs.bench.worker --backend hetobs|gloo|islands|mpi --op OP`.
 
 Started by hetobs.bench.runner with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and
 HETOBS_TRANSPORT for the hetobs backend) set. It speaks one JSON object per line:
 commands on stdin, replies on the stdout it was started with (stray output of
 libraries is sent to stderr instead, so it cannot corrupt the protocol).
+The mpi backend (Open MPI through mpi4py) is started by `mpirun`, which gives ranks
+no stdin of their own and merges their stdout: with `--control HOST:PORT` a rank
+speaks the same protocol over a TCP connection to the runner instead.
 
     start-up                          -> {"rank", "ready": true, "backend", ...}
     {"cmd": "run", "count", "warmup", "iters", "check"}
@@ -15,7 +18,7 @@ Timing is barrier-free as in nccl-tests: `warmup` untimed ops, then `iters` ops
 back to back, timed as one batch on this rank. With "check", one extra untimed op
 on a known pattern is verified first.
 
-torch is imported only for the gloo and islands backends.
+torch is imported only for the gloo and islands backends, mpi4py only for mpi.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 import traceback
@@ -166,6 +170,15 @@ class _Hetobs(_Bench):
 
     def info(self) -> dict[str, Any]:
         out: dict[str, Any] = {"transport_setting": os.environ.get("HETOBS_TRANSPORT", "auto")}
+        try:  # which algorithm each size ran with (the records the recorder kept)
+            algos: dict[str, list[str]] = {}
+            for rec in self.comm.records():
+                seen = algos.setdefault(str(rec.get("bytes")), [])
+                if rec.get("algorithm") not in seen:
+                    seen.append(str(rec.get("algorithm")))
+            out["algorithms_by_bytes"] = algos
+        except Exception as e:  # introspection is best effort
+            out["records_error"] = repr(e)
         try:
             links = self.comm.links()
             out["link_transports"] = sorted({str(link.get("transport")) for link in links if isinstance(link, dict)})
@@ -223,6 +236,48 @@ class _Gloo(_Bench):
             self.dist.destroy_process_group()
 
 
+class _Mpi(_Bench):
+    """Open MPI through mpi4py (started by mpirun): numpy buffers, the buffer-protocol calls."""
+
+    def __init__(self, op: str, dtype: str, timeout: float) -> None:
+        from mpi4py import MPI
+
+        self.mpi = MPI
+        self.world = MPI.COMM_WORLD
+        super().__init__(op, self.world.Get_rank(), self.world.Get_size(), dtype)
+
+    def empty(self, count: int) -> np.ndarray:
+        return np.empty(count, dtype=self.dtype)
+
+    def view(self, buf: np.ndarray) -> np.ndarray:
+        return buf
+
+    def make_call(self) -> Callable[[], None]:
+        w, x, out, in_place = self.world, self.x, self.out, self.mpi.IN_PLACE
+        if self.op == "all_reduce":
+            return lambda: w.Allreduce(in_place, x)
+        if self.op == "broadcast":
+            return lambda: w.Bcast(x, 0)
+        if self.op == "all_gather":
+            return lambda: w.Allgather(x, out)
+        if self.op == "reduce_scatter":
+            return lambda: w.Reduce_scatter_block(x, out)
+        if self.op == "all_to_all":
+            return lambda: w.Alltoall(x, out)
+        raise ValueError(f"op {self.op!r}")
+
+    def info(self) -> dict[str, Any]:
+        return {"mpi": self.mpi.Get_library_version().strip().splitlines()[0]}
+
+
+def _control_stream(address: str) -> tuple[TextIO, TextIO]:
+    """(commands, replies) over a TCP connection to the runner at HOST:PORT."""
+    host, _, port = address.rpartition(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock.makefile("r"), sock.makefile("w", buffering=1)
+
+
 def _protocol_stream() -> TextIO:
     """The stdout we were started with, kept for replies; fd 1 then points at stderr."""
     sys.stdout.flush()
@@ -239,15 +294,20 @@ class _Islands(_Gloo):
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hetobs.bench.worker", description=__doc__.splitlines()[0])
-    p.add_argument("--backend", choices=("hetobs", "gloo", "islands"), required=True)
+    p.add_argument("--backend", choices=("hetobs", "gloo", "islands", "mpi"), required=True)
     p.add_argument("--op", default="all_reduce",
                    choices=("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"))
     p.add_argument("--dtype", default="float32")
     p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--control", default=None, help="HOST:PORT of the runner, instead of stdin/stdout")
     args = p.parse_args(argv)
 
-    proto = _protocol_stream()
-    rank = int(os.environ.get("RANK", "-1"))
+    if args.control:
+        commands, proto = _control_stream(args.control)
+        os.dup2(2, 1)  # stray library output must not reach mpirun's merged stdout as protocol
+    else:
+        commands, proto = sys.stdin, _protocol_stream()
+    rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
 
     def reply(obj: dict[str, Any]) -> None:
         proto.write(json.dumps({"rank": rank, **obj}) + "\n")
@@ -255,11 +315,11 @@ def main(argv: list[str] | None = None) -> int:
 
     bench: _Bench | None = None
     try:
-        bench = {"hetobs": _Hetobs, "gloo": _Gloo, "islands": _Islands}[args.backend](args.op, args.dtype,
-                                                                                   args.timeout)
+        bench = {"hetobs": _Hetobs, "gloo": _Gloo, "islands": _Islands, "mpi": _Mpi}[args.backend](
+            args.op, args.dtype, args.timeout)
         rank = bench.rank
         reply({"ready": True, "backend": args.backend, "size": bench.size, "pid": os.getpid()})
-        for line in sys.stdin:
+        for line in commands:
             if not line.strip():
                 continue
             msg = json.loads(line)

@@ -36,6 +36,8 @@ def main() -> int:
     comm = hetobs.init()
     r, n = comm.rank, comm.size
     other = comm.new_group(list(range(n))) if fault == "deadlock" else None
+    x = np.ones(256 * 1024, np.float32)
+    comm.all_reduce(x)  # TCP peers connect on first use: the ring's links exist before READY names them
     links = [{k: link[k] for k in ("peer", "transport", "local_address", "remote_address")} for link in comm.links()]
     print("READY " + json.dumps({"rank": r, "pid": os.getpid(), "links": links}), flush=True)
     x = np.ones(256 * 1024, np.float32)

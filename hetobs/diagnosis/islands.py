@@ -20,7 +20,7 @@ from .types import Verdict, VerdictKind
 
 __all__ = ["island_of", "annotate", "relay_link_verdicts"]
 
-_VENDORS = ("gloo", "nccl", "mpi")
+_VENDORS = ("gloo", "nccl", "mpi", "vendor")  # "vendor": HCCL, XCCL, ... (named in the comm name)
 
 
 def island_of(job: LoadedJob) -> dict[int, str]:
@@ -62,7 +62,7 @@ def annotate(verdicts: list[Verdict], job: LoadedJob) -> None:
             a, b = islands.get(src), islands.get(dst)
             if a and b and a != b:
                 v.evidence.append(f"link {src} -> {dst} crosses islands ({a} -> {b}): the host relay")
-                where = _relay_stop(job, src, dst)
+                where = _relay_stop(job, src, dst) or _wire_stop(job, src, dst)
                 if where:
                     v.evidence.append(where)
 
@@ -78,8 +78,9 @@ def _vendor_waits(job: LoadedJob, islands: dict[int, str], culprit: int) -> list
             if f is None or v.backend not in _VENDORS or v.members is None or culprit not in v.members:
                 continue
             held = f" for {f.seconds_in_op:.1f} s" if f.seconds_in_op is not None else ""
+            library = v.name.split(":", 1)[0] if v.name else v.backend
             out.append(f"rank {r} (island {islands[r]}) waits inside {v.name or v.backend}: {f.rec.op} seq "
-                       f"{f.rec.seq}{held}, the island's {v.backend} op that rank {culprit} is also in")
+                       f"{f.rec.seq}{held}, the island's {library} op that rank {culprit} is also in")
     return out
 
 
@@ -110,6 +111,25 @@ def _relay_stop(job: LoadedJob, src: int, dst: int) -> Optional[str]:
     if d is not None and d.copied_out < d.received:
         return (f"relay {src} -> {dst}: data stopped in the host-to-device copy at rank {dst} "
                 f"({d.copied_out} of {d.received} received chunks copied out)")
+    return None
+
+
+def _island_phase(job: LoadedJob, rank: int) -> Optional[str]:
+    """The phase of this rank's in-flight hierarchical op (its islands communicator)."""
+    d = job.dumps.get(rank)
+    for v in d.comms.values() if d else ():
+        if v.backend == "islands" and v.in_flight is not None:
+            return v.in_flight.phase
+    return None
+
+
+def _wire_stop(job: LoadedJob, src: int, dst: int) -> Optional[str]:
+    """Equal islands exchange host memory by a native collective (phase "wire": no device
+    copy on either end): a stall there can only be on the wire."""
+    a, b = _island_phase(job, src), _island_phase(job, dst)
+    if a == "wire" and b == "wire":
+        return (f"link {src} -> {dst}: data stopped on the wire: both ranks are in the host-memory step "
+                "between islands (phase wire, no device copy on either end)")
     return None
 
 

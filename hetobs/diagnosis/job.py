@@ -38,6 +38,8 @@ class LoadedJob:
     # Ranks whose incident dump is there but unusable (corrupt, truncated, too new, refused):
     # rank -> what is wrong. Such a rank was alive to write it; it is no evidence either way.
     unusable: dict[int, str] = field(default_factory=dict)
+    # Ranks whose dump comes from a sibling error incident (loader._sibling_errors): rank -> incident.
+    borrowed: dict[int, str] = field(default_factory=dict)
     # Communicator membership and ring as most ranks report them (never one rank's word).
     members: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
     rings: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)

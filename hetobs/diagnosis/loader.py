@@ -23,8 +23,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
+from ..ownership import job_dir_not_ours, untrusted_job_dir_text
+from . import parallel
 from .fastread import IntListTable, read_document
 from .job import MAX_WORLD_SIZE, LoadedJob, OptionsError
+from .membership import COMMS_DIR, Membership, comm_file_name, parse_comm_file
 from .summary import RankDump, RankMeta, SchemaError, dump_from_doc, meta_from_doc
 from .types import DataProblem, Options
 from .untrusted import RefusedPath, SafeDir, refusal
@@ -177,6 +180,37 @@ def _latest_complete(names: list[str], times: dict[str, Optional[int]], dumps: d
     return max(recent or names, key=lambda n: (dumps[n], times[n] is not None, times[n] or 0, n))
 
 
+# A failure's incident is named by the op that failed (error-c<comm>-s<seq>). The two ends
+# of a broken link can fail at neighbouring ops (one finished op N, the other was still in
+# it), so each dumps into its own incident, and when the break also cuts the side channel
+# neither reaches the other's: each incident holds one of the two dumps. Such a dump is the
+# same failure seen from the other end; without it the diagnosis takes the other end for
+# silent (unresponsive or dead).
+_ERROR_COMM = re.compile(r"error-c(\d+)-")
+
+
+def _sibling_errors(chosen: Optional[str], names: list[str], incidents_dir: SafeDir,
+                    times: dict[str, Optional[int]]) -> list[str]:
+    """Other error incidents of the chosen one's communicator, of the same event, nearest in time first."""
+    m = _ERROR_COMM.match(chosen or "")
+    if m is None:
+        return []
+    def time_of(name: str) -> Optional[int]:
+        if name not in times:
+            sub = _subdir(incidents_dir, name, None)
+            times[name] = None
+            if sub is not None:
+                with sub:
+                    times[name] = _incident_time(sub)
+        return times[name]
+    at = time_of(chosen or "")
+    if at is None:
+        return []
+    near = [(abs(t - at), n) for n in names
+            if n != chosen and n.startswith(m.group(0)) and (t := time_of(n)) is not None and abs(t - at) <= _SAME_EVENT_NS]
+    return [n for _, n in sorted(near)]
+
+
 def _incident_time(folder: SafeDir) -> Optional[int]:
     best: Optional[int] = None
     for _, name in _rank_files(folder, []):
@@ -221,8 +255,9 @@ def _load_each(folder: SafeDir, files: list[tuple[int, str]], build: Callable[[i
                unusable: Optional[dict[int, str]] = None) -> dict[int, Any]:
     """Build each file; a file that is there but cannot be used is a problem (and, if asked, noted per rank)."""
     out: dict[int, Any] = {}
+    base = str(folder.path) + os.sep  # not Path / name per file: at 65,536 files the joins show in a profile
     for rank, name in files:
-        path = str(folder.path / name)
+        path = base + name
         before = len(problems)
         raw = _read(folder, name, problems)
         tick()
@@ -261,13 +296,71 @@ def load_job(options: Options) -> LoadedJob:
                                         else f"cannot open: {e.strerror or e}"))
         return job
     with root:
-        _load_into(job, root, options)
+        why = None if options.trust_dir else job_dir_not_ours(os.fstat(root.fd))
+        if why:
+            job.problems.append(DataProblem(str(job_dir), untrusted_job_dir_text(why)))
+            return job
+        resolved = _load_into(job, root, options)
     _check_consistency(job, job_dir)
-    _settle_comms(job)
+    _settle_comms(job, resolved)
     return job
 
 
-def _load_into(job: LoadedJob, root: SafeDir, options: Options) -> None:
+_MembershipRefs = dict[tuple[Any, str], list[int]]
+
+
+def _membership_refs(job: LoadedJob) -> _MembershipRefs:
+    """(comm, hash) -> the ranks whose dump or metadata refers to that membership file."""
+    refs: _MembershipRefs = {}
+    for r, d in job.dumps.items():
+        for c, view in d.comms.items():
+            if view.membership_hash is not None:
+                refs.setdefault((c, view.membership_hash), []).append(r)
+    for r, m in job.metas.items():
+        for c, h in m.membership_hashes.items():
+            refs.setdefault((c, h), []).append(r)
+    return refs
+
+
+def _read_memberships(job: LoadedJob, root: SafeDir) -> dict[tuple[Any, str], Membership]:
+    """Each membership file the ranks refer to, checked against its hash; a missing or wrong one is a
+    data problem (the comm's members then come from the ranks' own comm ranks, and its ring is unknown)."""
+    refs = _membership_refs(job)
+    out: dict[tuple[Any, str], Membership] = {}
+    if not refs:
+        return out
+    folder = _subdir(root, COMMS_DIR, job.problems)
+    try:
+        for (comm, digest), ranks in sorted(refs.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+            name = comm_file_name(comm, digest)
+            path = str(root.path / COMMS_DIR / name)
+            why, raw = None, b""
+            try:
+                if folder is None:
+                    raise FileNotFoundError
+                raw = folder.read(name)
+                out[(comm, digest)] = parse_comm_file(raw, comm, digest)
+            except FileNotFoundError:
+                why = "missing (its lowest rank writes it at start)"
+            except RefusedPath as e:
+                why = e.strerror or str(e)
+            except OSError as e:
+                why = f"cannot read: {e.strerror or e}"
+            except SchemaError as e:
+                why = str(e)
+            except ValueError as e:
+                why = describe_json_error(e, len(raw))
+            if why is not None:
+                job.problems.append(DataProblem(path, f"membership of comm {comm} (referred to by rank(s) "
+                                                      f"{rank_ranges(ranks)}): {why}; its members are taken from "
+                                                      f"the ranks' own comm ranks and its ring is not walked"))
+    finally:
+        if folder is not None:
+            folder.close()
+    return out
+
+
+def _load_into(job: LoadedJob, root: SafeDir, options: Options) -> dict[tuple[Any, str], Membership]:
     table = IntListTable()
     ranks_dir = _subdir(root, "ranks", job.problems)
     meta_files = _rank_files(ranks_dir, job.problems, leftovers=False) if ranks_dir is not None else []
@@ -278,6 +371,7 @@ def _load_into(job: LoadedJob, root: SafeDir, options: Options) -> None:
         for d in (ranks_dir, incidents_dir):
             if d is not None:
                 d.close()
+    return _read_memberships(job, root)
 
 
 def _load_incident(job: LoadedJob, root: SafeDir, ranks_dir: Optional[SafeDir], meta_files: list[tuple[int, str]],
@@ -331,7 +425,8 @@ def _load_incident(job: LoadedJob, root: SafeDir, ranks_dir: Optional[SafeDir], 
     try:
         with paused_gc():
             if incident_dir is not None:
-                job.dumps = _load_each(incident_dir, dump_files, build_dump, job.problems, tick, job.unusable)
+                job.dumps = parallel.load_dumps(incident_dir, dump_files, keep, build_dump, job.problems, tick,
+                                                job.unusable, _load_each)
             # A dump carries its rank's host, pid and rings; metadata is only needed for the
             # ranks that left none (and for all when there is no incident). At 16,384 ranks
             # this skips parsing 16,384 more copies of the ring.
@@ -339,6 +434,8 @@ def _load_incident(job: LoadedJob, root: SafeDir, ranks_dir: Optional[SafeDir], 
             total += len(wanted)
             if ranks_dir is not None:
                 job.metas = _load_each(ranks_dir, wanted, build_meta, job.problems, tick)
+            if incident_dir is not None and incidents_dir is not None:
+                _borrow_sibling_dumps(job, incidents_dir, times, build_dump, tick)
     finally:
         if incident_dir is not None:
             incident_dir.close()
@@ -350,6 +447,36 @@ def _load_incident(job: LoadedJob, root: SafeDir, ranks_dir: Optional[SafeDir], 
     if job.dumps:
         ts = [d.time_ns for d in job.dumps.values() if d.time_ns]
         job.incident_time_ns = max(ts) if ts else times.get(chosen or "")
+
+
+def _borrow_sibling_dumps(job: LoadedJob, incidents_dir: SafeDir, times: dict[str, Optional[int]],
+                          build_dump: Callable[[int, str, bytes], RankDump], tick: Callable[[], None]) -> None:
+    """Give a rank with no dump in the chosen error incident its dump from a sibling (_ERROR_COMM)."""
+    ws = job.world_size
+    if not ws:
+        return
+    missing = {r for r in range(ws) if r not in job.dumps and r not in job.unusable}
+    for name in _sibling_errors(job.incident, job.incidents, incidents_dir, times) if missing else []:
+        sub = _subdir(incidents_dir, name, job.problems)
+        if sub is None:
+            continue
+        with sub:
+            files = [(r, f) for r, f in _rank_files(sub, []) if r in missing]
+            got = _load_each(sub, files, build_dump, job.problems, tick) if files else {}
+        for r, d in got.items():
+            if d.reason != "error":
+                continue  # only a failure's own dump is the same failure seen from the other end
+            job.dumps[r] = d
+            job.borrowed[r] = name
+            missing.discard(r)
+        if not missing:
+            break
+    by_incident: dict[str, list[int]] = {}
+    for r, name in job.borrowed.items():
+        by_incident.setdefault(name, []).append(r)
+    for name, rs in sorted(by_incident.items()):
+        job.notes.append(f"rank(s) {rank_ranges(sorted(rs))} left no dump in {job.incident} but failed at a "
+                         f"neighbouring op of the same communicator: their dump from {name} is used")
 
 
 def _check_consistency(job: LoadedJob, job_dir: Path) -> None:
@@ -366,14 +493,19 @@ def _check_consistency(job: LoadedJob, job_dir: Path) -> None:
         if missing:
             job.problems.append(DataProblem(str(job_dir / "incidents" / job.incident),
                                             f"no dump from rank(s) {rank_ranges(missing)} (world size {ws})"))
-    for d in job.dumps.values():
-        if d.incident and job.incident and d.incident != job.incident:
+    for r, d in job.dumps.items():
+        if d.incident and job.incident and d.incident != job.incident and d.incident != job.borrowed.get(r):
             job.problems.append(DataProblem(d.path, f"dump says incident {d.incident!r} but lies in "
                                                     f"{job.incident!r}: used as part of {job.incident!r}"))
 
 
-def _settle_comms(job: LoadedJob) -> None:
-    """Membership and ring per communicator by consensus over every rank's report."""
+def _settle_comms(job: LoadedJob, resolved: Optional[dict[tuple[Any, str], Membership]] = None) -> None:
+    """Membership and ring per communicator by consensus over every rank's report.
+
+    A rank's report is its inline lists (1.x) or the checked membership file its hash names
+    (2.x; one shared tuple per file, so consensus counts it once per referring rank)."""
+    resolved = resolved or {}
+    _fill_views(job, resolved)
     members: dict[Any, list[tuple[int, ...]]] = {}
     rings: dict[Any, list[tuple[int, ...]]] = {}
     for m in job.metas.values():
@@ -391,3 +523,52 @@ def _settle_comms(job: LoadedJob) -> None:
         job.members[c] = consensus(vs) or ()
     for c, vs in rings.items():
         job.rings[c] = consensus(vs) or ()
+    _members_from_positions(job)
+
+
+def _fill_views(job: LoadedJob, resolved: dict[tuple[Any, str], Membership]) -> None:
+    """Give 2.x views and metadata the lists of their checked membership file, as 1.x files had them inline."""
+    if not resolved:
+        return
+    for d in job.dumps.values():
+        for c, view in d.comms.items():
+            ms = resolved.get((c, view.membership_hash)) if view.membership_hash is not None else None
+            if ms is not None:
+                view.members, view.ring = ms.members, ms.ring
+    for m in job.metas.values():
+        for c, h in m.membership_hashes.items():
+            ms = resolved.get((c, h))
+            if ms is not None:
+                m.members[c], m.rings[c] = ms.members, ms.ring
+
+
+def _members_from_positions(job: LoadedJob) -> None:
+    """Comms referred to by hash whose file could not be used: members from each rank's own comm rank.
+
+    Complete (every comm rank 0..size-1 claimed by exactly one rank) gives the list in comm-rank
+    order; otherwise the ranks known to be members, sorted, so no rank outside is taken for one.
+    The ring stays unknown: only the file says it."""
+    pos: dict[Any, dict[int, set[int]]] = {}
+    sizes: dict[Any, list[int]] = {}
+
+    def note(comm: Any, rank: int, comm_rank: Optional[int], size: Optional[int]) -> None:
+        if comm in job.members:
+            return
+        pos.setdefault(comm, {}).setdefault(comm_rank if comm_rank is not None else -1, set()).add(rank)
+        if size is not None:
+            sizes.setdefault(comm, []).append(size)
+
+    for r, d in job.dumps.items():
+        for c, view in d.comms.items():
+            if view.membership_hash is not None:
+                note(c, r, view.comm_rank, view.size)
+    for r, m in job.metas.items():
+        for c in m.membership_hashes:
+            note(c, r, m.comm_ranks.get(c), m.comm_sizes.get(c))
+    for c, by_pos in pos.items():
+        size = Counter(sizes[c]).most_common(1)[0][0] if c in sizes else None
+        known = {r for rs in by_pos.values() for r in rs}
+        if size is not None and sorted(by_pos) == list(range(size)) and all(len(rs) == 1 for rs in by_pos.values()):
+            job.members[c] = tuple(next(iter(by_pos[i])) for i in range(size))
+        else:
+            job.members[c] = tuple(sorted(known))

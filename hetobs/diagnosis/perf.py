@@ -74,6 +74,9 @@ def _stragglers(job: LoadedJob, comm: CommKey) -> list[Verdict]:
         spread = np.nanmedian(np.abs(med_late - np.nanmedian(med_late)))
         typical_dur = float(np.nanmedian(med_dur))
         frac_late = np.nanmean(late > np.maximum(MIN_LATE_S, 0.5 * med_late[:, None]), axis=1)
+        mean_late = np.nanmean(late, axis=1)
+        last_share = np.mean(np.nanargmax(np.where(np.isnan(t0), -np.inf, t0), axis=0)[None, :]
+                             == np.arange(len(ranks))[:, None], axis=1)
     margin = max(MIN_LATE_S, 10.0 * float(spread))
     out = []
     flagged = [i for i in range(len(ranks))
@@ -86,6 +89,8 @@ def _stragglers(job: LoadedJob, comm: CommKey) -> list[Verdict]:
         ev = [f"rank {r} arrived a median {med_late[i] * 1e3:.1f} ms after the others at the last {len(seqs)} "
               f"collectives on comm {comm} (late at {frac_late[i]:.0%} of them; others' spread "
               f"{float(spread) * 1e3:.2f} ms)",
+              f"mean lateness {mean_late[i] * 1e3:.1f} ms; it arrived last at {last_share[i]:.0%} of the "
+              f"{len(seqs)} ops",
               f"its ops took a median {med_dur[i] * 1e3:.1f} ms against {typical_dur * 1e3:.1f} ms for the others: "
               f"they wait for it (so this is not clock skew)"]
         hosts = {job.host_of(x) for x in ranks}

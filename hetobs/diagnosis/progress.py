@@ -101,6 +101,8 @@ def walk(job: LoadedJob, st: Stuck, stall_s: float) -> list[Verdict]:
             back = ops[dst].peer(src) if dst in ops else None
             if p.sent is None or back is None or back.received is None or p.sent <= back.received:
                 continue
+            if back.recv_posted is not None and back.recv_done is not None and back.recv_done >= back.recv_posted:
+                continue  # dst has not asked for those frames yet: it is held up elsewhere, not by this link
             if not (_stale(p, stall_s) and _stale(back, stall_s)):
                 continue
             quiet = min(x for x in (p.since_change_s, back.since_change_s, 1e18) if x is not None)

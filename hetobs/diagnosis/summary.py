@@ -25,7 +25,8 @@ __all__ = [
 
 DUMP_SCHEMA = "hetobs.dump"
 RANK_SCHEMA = "hetobs.rank"
-SUPPORTED_MAJOR = 1
+SUPPORTED_MAJOR = 2  # 2.x: membership in comms/comm-<id>-<hash>.json (docs/dump-schema.md)
+OLDEST_MAJOR = 1     # 1.x: membership and ring inline in every dump and rank file
 
 
 class SchemaError(ValueError):
@@ -80,7 +81,7 @@ def check_schema(doc: Any, schema: str) -> str:
     if major > SUPPORTED_MAJOR:
         raise SchemaError(f"{schema} version {version} is newer than this reader "
                           f"(reads {SUPPORTED_MAJOR}.x): upgrade hetobs to read it")
-    if major < SUPPORTED_MAJOR:
+    if major < OLDEST_MAJOR:
         raise SchemaError(f"{schema} version {version} is older than any this reader knows")
     return version
 
@@ -192,12 +193,42 @@ class InFlight(NamedTuple):
         return self.seconds_in_op
 
 
+class TcpHealth(NamedTuple):
+    """`links[].tcp` of a dump: the kernel's TCP_INFO for the link's connection at dump time."""
+
+    rtt_us: Optional[int]
+    rttvar_us: Optional[int]
+    retransmits_total: Optional[int]
+    retransmitting: Optional[int]
+    unacked: Optional[int]
+    lost: Optional[int]
+    delivery_rate_bps: Optional[int]
+    ms_since_data_recv: Optional[int]
+    ms_since_ack_recv: Optional[int]
+    ms_since_data_sent: Optional[int]
+    bytes_acked: Optional[int]
+    bytes_received: Optional[int]
+    rate_app_limited: Optional[int] = None  # 1: the rate sample measured the sender, not the path
+
+    def ms_since_heard(self) -> Optional[int]:
+        """Milliseconds since any packet (data or ack) arrived from the peer."""
+        known = [x for x in (self.ms_since_data_recv, self.ms_since_ack_recv) if x is not None]
+        return min(known) if known else None
+
+
+def _tcp_health(t: Any) -> Optional[TcpHealth]:
+    if not isinstance(t, dict):
+        return None
+    return TcpHealth(*(_int(t.get(f)) for f in TcpHealth._fields))
+
+
 class LinkStat(NamedTuple):
     peer: int
     transport: Optional[str]
     bytes_sent: Optional[int]
     bytes_recv: Optional[int]
     busy_ns: Optional[int]
+    tcp: Optional[TcpHealth] = None
 
 
 class AbortInfo(NamedTuple):
@@ -225,6 +256,8 @@ class CommView:
     size: Optional[int] = None
     members: Optional[tuple[int, ...]] = None  # global ranks (interned, shared across ranks)
     ring: Optional[tuple[int, ...]] = None
+    membership_hash: Optional[str] = None  # 2.x: names comms/comm-<id>-<hash>.json instead of the lists
+    comm_rank: Optional[int] = None  # this rank's index in the communicator
     last_seq: Optional[int] = None  # last collective seq this rank issued/finished
     last_p2p_seq: Optional[int] = None
     failed: bool = False
@@ -304,6 +337,9 @@ class RankMeta:
     rings: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
     members: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
     island: Optional[str] = None  # from its hierarchical communicator, if it ran in one
+    membership_hashes: dict[CommKey, str] = field(default_factory=dict)  # 2.x
+    comm_ranks: dict[CommKey, int] = field(default_factory=dict)
+    comm_sizes: dict[CommKey, int] = field(default_factory=dict)
 
 
 def rec_from_entry(e: dict[str, Any]) -> Rec:
@@ -401,7 +437,8 @@ def _comm_view(c: dict[str, Any]) -> Optional[CommView]:
             peer = _int(lk.get("peer")) if peer is None else peer
             if peer is not None:
                 links.append(LinkStat(peer, _str(lk.get("transport")), _int(lk.get("bytes_sent")),
-                                      _int(lk.get("bytes_recv")), _int(lk.get("busy_ns"))))
+                                      _int(lk.get("bytes_recv")), _int(lk.get("busy_ns")),
+                                      _tcp_health(lk.get("tcp"))))
     members = c.get("global_ranks")
     ring = c.get("ring")
     view = CommView(
@@ -412,6 +449,7 @@ def _comm_view(c: dict[str, Any]) -> Optional[CommView]:
         failed=bool(c.get("failed")), cause=_str(c.get("cause")), abort=_abort(c.get("abort")),
         in_flight=_in_flight(c.get("in_flight")), links=tuple(links),
         backend=_str(c.get("backend")), name=_str(c.get("name")), island=_str(c.get("island")),
+        membership_hash=_membership_hash(c), comm_rank=_int(c.get("rank")),
     )
     if view.in_flight is not None:
         view.waiting_s = view.in_flight.stalled_for()
@@ -489,4 +527,17 @@ def meta_from_doc(doc: Any, path: str) -> RankMeta:
             if isinstance(members, (tuple, list)):
                 m.members[c["comm_id"]] = tuple(members)
             m.island = m.island or _str(c.get("island"))
+            cid, h, cr, size = c["comm_id"], _membership_hash(c), _int(c.get("rank")), _int(c.get("size"))
+            if h is not None:
+                m.membership_hashes[cid] = h
+            if cr is not None:
+                m.comm_ranks[cid] = cr
+            if size is not None:
+                m.comm_sizes[cid] = size
     return m
+
+
+def _membership_hash(c: dict[str, Any]) -> Optional[str]:
+    ref = c.get("membership")
+    h = ref.get("hash") if isinstance(ref, dict) else None
+    return h if type(h) is str and 0 < len(h) <= 64 and h.isalnum() else None

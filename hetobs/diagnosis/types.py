@@ -211,3 +211,7 @@ class Options:
     live_wait_s: float = 15.0
     progress: Optional[ProgressCallback] = None
     fr_prefix: Optional[str] = None  # Flight Recorder file prefix (default: inferred)
+    # Read a job directory owned by another user (or writable by others): its files may be planted.
+    trust_dir: bool = False
+    # Live jobs: judge the last window_s seconds of a fresh on-demand dump (window.py advisories).
+    window_s: Optional[float] = None

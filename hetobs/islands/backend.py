@@ -111,16 +111,9 @@ class IslandsBackend(dist.ProcessGroup):
 
     def reduce_scatter_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> Any:
         _check(inp.numel() == out.numel() * self.size(), "reduce_scatter input", inp, out, self.size())
-        n = out.numel()
-        whole = inp.detach().reshape(-1).clone()
-
-        def run(c: PhaseClock) -> None:
-            # Reduce everything, keep this rank's block: a second relay pass saved is a
-            # later optimisation; the result is exact either way.
-            hier.all_reduce(self.h, c, whole, opts.reduceOp)
-            out.view(-1).copy_(whole[self.rank() * n:(self.rank() + 1) * n])
-
-        self._op("reduce_scatter", inp, run, redop=opts.reduceOp, out_count=n)
+        with _flat(inp, copy_out=False) as fi, _flat(out, copy_in=False) as fo:
+            self._op("reduce_scatter", inp, lambda c: hier.reduce_scatter(self.h, c, fo, fi, opts.reduceOp),
+                     redop=opts.reduceOp, out_count=out.numel())
         return done([out])
 
     _reduce_scatter_base = reduce_scatter_single
@@ -234,6 +227,16 @@ def _rows(t: torch.Tensor, splits: list[int], n: int, what: str) -> list[int]:
     return [int(s) for s in splits]
 
 
+def _counterparts(topo: Any, rank: int, relay_world: Communicator) -> Communicator | None:
+    """The native communicator of the ranks with this rank's island rank, one per island, in
+    island order; None where islands differ in size. Collective over the relay world: every
+    rank decides alike from the topology."""
+    if len({i.size for i in topo.islands}) != 1 or len(topo.islands) < 2:
+        return None
+    island = topo.of(rank)
+    return relay_world.split(color=island.rank_of(rank), key=island.index)
+
+
 def create(opts: Any, backend_options: Any = None) -> IslandsBackend:
     """torch's extended-API creator: discover the islands, build the inner groups."""
     rank, size = int(opts.group_rank), int(opts.group_size)
@@ -251,7 +254,7 @@ def create(opts: Any, backend_options: Any = None) -> IslandsBackend:
     island = topo.of(rank)
     inner = make_island_group(topo, rank, opts.store, timeout, group_id, world_ranks, relay_world)
     relay = Relay(relay_world, staged_host=relay_stage() == "host", pipeline=relay_pipelined())
-    h = hier.Hierarchy(topo, rank, inner, relay)
+    h = hier.Hierarchy(topo, rank, inner, relay, counterparts=_counterparts(topo, rank, relay_world))
     ext = _core.ExternalComm(comm_id_for(f"islands:{group_id}"), world_ranks, rank, ISLANDS_BACKEND_CODE,
                              _DEVICE_CODES.get(island.device, 0), f"hetobs_islands:{group_id}",
                              island=island.name)

@@ -8,9 +8,16 @@ every rank that folds them, so all ranks hold bit-identical results.
 
 all_reduce  = reduce-scatter in each island -> exchange of partial blocks with the
               counterpart ranks of every other island, folded in island order -> all-gather
-              in each island.
+              in each island. Host tensors on islands of equal size take the counterpart
+              communicator instead of the exchange: one native all-reduce among the ranks that
+              hold the same block in every island, which folds each chunk as it arrives
+              (no receive buffer, no second pass over memory).
 broadcast   = broadcast in the root's island -> the root island's blocks to their
               counterparts -> all-gather in every other island.
+reduce_scatter = in each island, a reduce-scatter of its members' blocks and a reduction
+              of every other island's members' blocks -> each island's partial of a block,
+              from the ranks that hold it, to the rank whose block it is, folded in island
+              order (no all-gather; each partial crosses the relay once, to one island).
 all_gather  = all-gather in each island -> each island's gathered buffer, block-wise, to
               its counterparts -> one all-gather per island of what arrived.
 all_to_all  = the vendor all-to-all for blocks within the island, the relay for the others.
@@ -18,18 +25,21 @@ all_to_all  = the vendor all-to-all for blocks within the island, the relay for 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from ..comm import Communicator
+from ..torch._common import reduction
 from .partition import block, block_len, pairs, routes
 from .relay import PhaseClock, Relay
 from .topology import Island, Topology
 from .vendor import IslandGroup, cheap_scatter
 
-__all__ = ["Hierarchy", "all_reduce", "broadcast", "all_gather", "all_to_all", "barrier", "send", "recv"]
+__all__ = ["Hierarchy", "all_reduce", "reduce_scatter", "broadcast", "all_gather", "all_to_all", "barrier", "send",
+           "recv"]
 
 _FOLD = {
     dist.ReduceOp.SUM: torch.add, dist.ReduceOp.AVG: torch.add, dist.ReduceOp.PRODUCT: torch.mul,
@@ -43,6 +53,20 @@ class Hierarchy:
     rank: int            # rank in the group
     inner: IslandGroup   # this rank's island
     relay: Relay
+    # The ranks with this rank's island rank in every island, ordered by island (native);
+    # None unless all islands have one size.
+    counterparts: Communicator | None = None
+    _scratch: dict[tuple[Any, ...], torch.Tensor] = field(default_factory=dict)
+
+    def scratch(self, like: torch.Tensor, slot: int) -> torch.Tensor:
+        """A receive buffer shaped like `like`, kept between ops: a fresh one per op would
+        page-fault its whole size every time (glibc maps large blocks anew on each malloc),
+        which measured as much time as the relay itself at 64 MiB (docs/islands.md)."""
+        key = (like.dtype, like.device, slot)
+        buf = self._scratch.get(key)
+        if buf is None or buf.numel() < like.numel():
+            buf = self._scratch[key] = torch.empty(like.numel(), dtype=like.dtype, device=like.device)
+        return buf[:like.numel()]
 
     @property
     def island(self) -> Island:
@@ -94,35 +118,65 @@ def _padded(flat: torch.Tensor, total: int, fill: float | int | bool) -> torch.T
 
 
 def all_reduce(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, op: Any) -> None:
-    fold = fold_op(op)
+    fold_op(op)  # an unsupported op fails before anything moves
     if op == dist.ReduceOp.AVG and not flat.dtype.is_floating_point:
         raise ValueError(f"reduce op AVG needs a floating dtype, got {flat.dtype}")
-    isl, me = h.island, h.irank
     if flat.numel() == 0:
         return
     if len(h.topo.islands) == 1:
         clock.vendor(h.inner.all_reduce, flat, op)
         return
-    count, n = flat.numel(), isl.size
-    scatter = _gathers(isl)
-    if scatter:
-        # This rank ends up with its island's partial of its own block only.
+    part = _island_partial(h, clock, flat, op)
+    if h.counterparts is not None and _by_counterparts(h, flat):
+        # Each counterpart communicator runs the same algorithm over the same count in island
+        # order, so every rank still ends bit-identical; the fold happens as chunks arrive.
+        clock.wire(h.counterparts.all_reduce, part.mine, reduction(_inner_op(op)))
+    else:
+        _exchange_and_fold(h, clock, part, op)
+    if op == dist.ReduceOp.AVG:
+        part.mine.div_(h.topo.size)
+    if part.shard is not None:
+        clock.vendor(h.inner.all_gather, part.padded, part.shard)
+        if part.padded is not flat:
+            flat.copy_(part.padded[:part.count])
+
+
+@dataclass
+class _Partial:
+    """This island's partial of what this rank carries between islands: its own block
+    (`shard` of the padded buffer, gathered afterwards) or the whole buffer (shard None)."""
+    mine: torch.Tensor
+    start: int  # where `mine` starts in the buffer
+    count: int  # elements in the buffer
+    padded: torch.Tensor
+    shard: torch.Tensor | None
+
+
+def _island_partial(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, op: Any) -> _Partial:
+    count, n = flat.numel(), h.island.size
+    if _gathers(h.island):
         length = block_len(count, n)
         padded = _padded(flat, n * length, _identity(op, flat.dtype))
         shard = torch.empty(length, dtype=flat.dtype, device=flat.device)
         clock.vendor(h.inner.reduce_scatter, shard, padded, _inner_op(op))
-        start, end = block(count, n, me)
-        mine = shard[:end - start]
-    else:
-        # The island's partial of everything; the other islands send theirs whole.
-        if n > 1:
-            clock.vendor(h.inner.all_reduce, flat, _inner_op(op))
-        start = 0
-        mine = flat
+        start, end = block(count, n, h.irank)
+        return _Partial(shard[:end - start], start, count, padded, shard)
+    # The island's partial of everything; the other islands send theirs whole.
+    if n > 1:
+        clock.vendor(h.inner.all_reduce, flat, _inner_op(op))
+    return _Partial(flat, 0, count, flat, None)
+
+
+def _exchange_and_fold(h: Hierarchy, clock: PhaseClock, part: _Partial, op: Any) -> None:
+    """The relay: partials to and from the counterparts of every other island, folded in
+    island order."""
+    fold = fold_op(op)
+    isl, me, mine, start, count = h.island, h.irank, part.mine, part.start, part.count
+    n, scatter = isl.size, part.shard is not None
     partial: dict[int, torch.Tensor] = {isl.index: mine}
     sends, recvs = [], []
-    for other in h.others():
-        theirs = torch.empty_like(mine)
+    for slot, other in enumerate(h.others()):
+        theirs = h.scratch(mine, slot)
         partial[other.index] = theirs
         # A route's shape is the receiver's choice: its own block, or the whole buffer.
         # Either way this rank sends from its block of its island's cut (`mine` starts at `start`).
@@ -139,12 +193,117 @@ def all_reduce(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, op: Any) -> 
         for p in order[2:]:
             fold(acc, p, out=acc)
         mine.copy_(acc)
+
+
+def reduce_scatter(h: Hierarchy, clock: PhaseClock, out: torch.Tensor, inp: torch.Tensor, op: Any) -> None:
+    """out = block `h.rank` (out.numel() elements) of the reduction of every rank's inp.
+
+    Moves only what is needed: island I's partial of the blocks of island J's members goes
+    to J and nowhere else (a reduce of everything, then keeping one block, carried every
+    island's partial of every block over the relay: twice as much at two equal islands).
+    Each island reduces the blocks of its own members (reduce-scatter: each rank keeps its
+    own) and those of all other islands' members, laid out island by island
+    (`_foreign_layout`): two reduce-scatters where the library has a cheap one, else one
+    all-reduce of both. Each rank's cut of the foreign layout goes to the ranks whose
+    blocks it holds. Every rank folds the islands' partials of its block in
+    island order, as all_reduce does.
+    """
+    fold = fold_op(op)  # an unsupported op fails before anything moves
+    if op == dist.ReduceOp.AVG and not out.dtype.is_floating_point:
+        raise ValueError(f"reduce op AVG needs a floating dtype, got {out.dtype}")
+    c = out.numel()
+    if c == 0:
+        return
+    isl, me, inner = h.island, h.irank, _inner_op(op)
+    if len(h.topo.islands) == 1:  # island ranks are group ranks (members ascending)
+        out.copy_(_own_blocks(h, clock, inp, c, inner))
+        if op == dist.ReduceOp.AVG:
+            out.div_(h.topo.size)
+        return
+    # This island's partial of every other island's blocks: a cut of it per rank here.
+    layout, total = _foreign_layout(h.topo, isl, c)
+    lo, hi = block(total, isl.size, me)
+    if _gathers(isl):
+        own = _own_blocks(h, clock, inp, c, inner)
+        foreign = torch.cat([inp[r * c:(r + 1) * c] for other in h.others() for r in other.members])
+        length = block_len(total, isl.size)
+        padded = _padded(foreign, isl.size * length, _identity(op, out.dtype))
+        held = torch.empty(length, dtype=out.dtype, device=out.device)
+        clock.vendor(h.inner.reduce_scatter, held, padded, inner)
+        held_at = lo  # `held` starts at element lo of the layout
+    else:
+        # No cheap reduce-scatter here: one all-reduce of everything, own blocks first
+        # (one vendor op, not two: at 1 MiB the second cost as much as the relay saved).
+        both = torch.cat([inp[r * c:(r + 1) * c] for r in isl.members]
+                         + [inp[r * c:(r + 1) * c] for other in h.others() for r in other.members])
+        if isl.size > 1:
+            clock.vendor(h.inner.all_reduce, both, inner)
+        own = both[me * c:(me + 1) * c]
+        held, held_at = both, -isl.size * c  # the layout starts after the own blocks
+    partial = {isl.index: own}
+    sends, recvs = [], []
+    for other in h.others():
+        at = layout[other.index]  # where `other`'s blocks start in this island's layout
+        for j, r in enumerate(other.members):
+            s, e = max(lo, at + j * c), min(hi, at + (j + 1) * c)
+            if e > s:
+                sends.append((r, held[s - held_at:e - held_at]))
+        # What `other` holds of this rank's block: its own layout, its own cut.
+        theirs = h.scratch(out, other.index)
+        partial[other.index] = theirs
+        their_layout, their_total = _foreign_layout(h.topo, other, c)
+        start = their_layout[isl.index] + me * c
+        for i, q in enumerate(other.members):
+            a, b = block(their_total, other.size, i)
+            s, e = max(a, start), min(b, start + c)
+            if e > s:
+                recvs.append((q, theirs[s - start:e - start]))
+    h.relay.run(sends, recvs, clock)
+    order = [partial[i.index] for i in h.topo.islands]
+    acc = fold(order[0], order[1], out=out.view(-1))
+    for p in order[2:]:
+        fold(acc, p, out=acc)
     if op == dist.ReduceOp.AVG:
-        mine.div_(h.topo.size)
-    if scatter:
-        clock.vendor(h.inner.all_gather, padded, shard)
-        if padded is not flat:
-            flat.copy_(padded[:count])
+        out.div_(h.topo.size)
+
+
+def _own_blocks(h: Hierarchy, clock: PhaseClock, inp: torch.Tensor, c: int, inner: Any) -> torch.Tensor:
+    """This island's partial of this rank's own block (the island's members' blocks, reduce-scattered)."""
+    isl = h.island
+    mine = torch.cat([inp[r * c:(r + 1) * c] for r in isl.members]) if isl.size > 1 else \
+        inp[h.rank * c:(h.rank + 1) * c]
+    if isl.size == 1:
+        return mine
+    if _gathers(isl):
+        shard = torch.empty(c, dtype=inp.dtype, device=inp.device)
+        clock.vendor(h.inner.reduce_scatter, shard, mine, inner)
+        return shard
+    clock.vendor(h.inner.all_reduce, mine, inner)
+    return mine[h.irank * c:(h.irank + 1) * c]
+
+
+def _foreign_layout(topo: Topology, isl: Island, c: int) -> tuple[dict[int, int], int]:
+    """Where each other island's members' blocks start in `isl`'s buffer of foreign blocks
+    (islands in order, members ascending), and that buffer's length. Sender and receiver
+    both compute it from the topology, so both cut alike."""
+    at, pos = {}, 0
+    for other in topo.islands:
+        if other.index != isl.index:
+            at[other.index] = pos
+            pos += other.size * c
+    return at, pos
+
+
+def _by_counterparts(h: Hierarchy, flat: torch.Tensor) -> bool:
+    # Device tensors need the relay's staging; HETOBS_RELAY_STAGE=host asks for it on host
+    # tensors too (how the pipeline is measured without a GPU). Counterparts hold the same
+    # element range only where every island cuts alike.
+    return (h.counterparts is not None and flat.device.type == "cpu" and not h.relay.staged_host
+            and flat.dtype in _NATIVE_DTYPES and len({_gathers(i) for i in h.topo.islands}) == 1)
+
+
+_NATIVE_DTYPES = {torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+                  torch.float32, torch.float64}
 
 
 def broadcast(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, root: int) -> None:

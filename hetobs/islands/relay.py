@@ -9,6 +9,7 @@ slots (how the pipeline is exercised and measured on a machine without a GPU).
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -61,6 +62,13 @@ class PhaseClock:
         """Run one collective of the island's library (`call` returns its ns)."""
         self.enter("vendor")
         self.vendor_ns += call(*args)
+
+    def wire(self, call: Callable[..., Any], *args: Any) -> None:
+        """Run one native collective between islands (host memory: no copies, all wire)."""
+        self.enter("wire")
+        t0 = time.perf_counter_ns()
+        call(*args)
+        self.wire_ns += time.perf_counter_ns() - t0
 
     def add_relay(self, phases: dict[str, int]) -> None:
         self.d2h_ns += int(phases.get("d2h_ns", 0))

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import AllgatherOptions
+from torch._C._distributed_c10d import AllgatherOptions, _DistributedBackendOptions
 
 from ..comm import Communicator
 from ..torch._common import comm_id_for, reduction
@@ -25,7 +25,11 @@ from .topology import IslandError, Topology
 
 __all__ = ["IslandGroup", "TorchIslandGroup", "NativeIslandGroup", "cheap_scatter", "make_island_group"]
 
-_INSTRUMENTED = {"gloo": 1, "nccl": 2}  # vendors hetobs's wrapper knows (Backend codes)
+# Backend codes of records (csrc/include/hetobs/record/op_record.h): Gloo and NCCL by
+# name, every other library (HCCL, XCCL, ... through its torch plugin) as "vendor", its
+# name in the communicator's name.
+_INSTRUMENTED = {"gloo": 1, "nccl": 2}
+_VENDOR_CODE = 5
 # Libraries whose reduce-scatter and all-gather cost about twice their all-reduce, measured
 # (docs/islands.md): hierarchical ops avoid them and move whole buffers over the relay.
 _COSTLY_SCATTER = {"gloo"}
@@ -171,7 +175,7 @@ def _plugin_backend(name: str, store: Any, rank: int, size: int, timeout: timede
         raise IslandError(f"HETOBS_ISLAND_BACKEND={name!r}: torch.distributed has no such backend here "
                           "(is the vendor's torch plugin imported before init_process_group?)")
     if plugin.extended_api:
-        opts = dist._DistributedBackendOptions()
+        opts = _DistributedBackendOptions()
         opts.store, opts.group_rank, opts.group_size, opts.timeout = store, rank, size, timeout
         opts.group_id, opts.global_ranks_in_group = group_id, world_ranks
         return plugin.creator_fn(opts, None)
@@ -202,12 +206,22 @@ def make_island_group(topo: Topology, rank: int, store: Any, timeout: timedelta,
     else:
         inner = _plugin_backend(island.backend, vendor_store, rank_in_island, n, timeout,
                                 f"{group_id}:island:{island.name}", members)
-    code = _INSTRUMENTED.get(island.backend)
-    if code is not None:
-        from .. import _core
-        from ..torch.wrapped_backend import _instrument
+    from .. import _core
 
-        ext = _core.ExternalComm(comm_id_for(f"island:{group_id}:{island.name}"), members, rank_in_island, code,
-                                 1 if island.device == "cuda" else 0, f"{island.backend}:island:{island.name}")
-        inner = _instrument(inner, ext, island.backend)
-    return TorchIslandGroup(inner, rank_in_island, n)
+    code = _INSTRUMENTED.get(island.backend, _VENDOR_CODE)
+    ext = _core.ExternalComm(comm_id_for(f"island:{group_id}:{island.name}"), members, rank_in_island, code,
+                             1 if island.device == "cuda" else 0, f"{island.backend}:island:{island.name}")
+    return TorchIslandGroup(_instrumented(inner, ext, island.backend), rank_in_island, n)
+
+
+def _instrumented(inner: Any, ext: Any, backend: str) -> Any:
+    """The island's library behind hetobs's wrapper, so a rank stuck inside it is dumped with
+    the op it waits in: the C++ wrapper where the library is a c10d C++ Backend (Gloo, NCCL,
+    torch_npu's HCCL), else the Python one (a plugin written in Python)."""
+    from ..torch.python_wrapper import InstrumentedBackend
+    from ..torch.wrapped_backend import _instrument
+
+    try:
+        return _instrument(inner, ext, backend)
+    except TypeError:  # pybind11: not a c10d::Backend
+        return InstrumentedBackend(inner, ext, f"hetobs_{backend}")

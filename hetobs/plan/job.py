@@ -57,12 +57,13 @@ def read_live(job: str, shm_dir: str = "/dev/shm", records: int = RECORDS) -> tu
     return out, islands, world
 
 
-def read_dumps(job_dir: Path, records: int = RECORDS) -> tuple[Timelines, dict[int, str], int, str | None, list[str]]:
+def read_dumps(job_dir: Path, records: int = RECORDS,
+               trust: bool = False) -> tuple[Timelines, dict[int, str], int, str | None, list[str]]:
     """(timelines, islands, world size, incident, problems) from the job's latest incident."""
     from hetobs.diagnosis.loader import load_job
     from hetobs.diagnosis.types import Options
 
-    loaded = load_job(Options(job_dir=job_dir, tail_entries=records))
+    loaded = load_job(Options(job_dir=job_dir, tail_entries=records, trust_dir=trust))
     out: Timelines = {}
     islands: dict[int, str] = {}
     for rank, dump in loaded.dumps.items():
@@ -94,7 +95,8 @@ def choose_comm(timelines: Timelines, world: int) -> Any:
 
 
 def plan_job(job: str, job_dir: str, global_batch: int, *, source: str = "auto", shm_dir: str = "/dev/shm",
-             last: int = 0, max_batch: int | Sequence[int | None] | None = None) -> dict[str, Any]:
+             last: int = 0, max_batch: int | Sequence[int | None] | None = None,
+             trust: bool = False) -> dict[str, Any]:
     """The plan document for a job (source: auto = live segments if every rank's is here, else dumps)."""
     if source not in ("auto", "live", "dumps"):
         raise ValueError(f"source {source!r}: expected auto, live or dumps")
@@ -115,7 +117,7 @@ def plan_job(job: str, job_dir: str, global_batch: int, *, source: str = "auto",
         else:
             used = "live"
     if used == "dumps":
-        timelines, islands, world, incident, notes = read_dumps(Path(job_dir))
+        timelines, islands, world, incident, notes = read_dumps(Path(job_dir), trust=trust)
         if not timelines:
             raise PlanError(f"job {job}: no live stats segments on this node and no dumps under {job_dir}/incidents")
         missing = sorted(set(range(world)) - set(timelines)) if world else []

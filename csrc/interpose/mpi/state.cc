@@ -390,14 +390,17 @@ void setUp() {
   try {
     rt = &Runtime::init(runtimeConfigFrom(s, rank, size));
     Credentials cred{s.job_id, s.secret.empty() ? s.job_id : s.secret};
-    gListener = new Listener(cred, "0.0.0.0");
+    // Bound where peers are told to dial it, not on every interface (HETOBS_SOCKET_IFNAME first).
+    const char* ifname = getenv("HETOBS_SOCKET_IFNAME");
+    std::string ip = ifname && *ifname ? interfaceAddress(ifname) : advertisedIp();
+    gListener = new Listener(cred, ip);
     gListener->setControlHandler([rt](const std::string& req) { return rt->handleControl(req); });
     Card c;
     c.rank = rank;
     c.pid = int(getpid());
     c.host_key = localHostKey();
     c.hostname = localHostname();
-    c.ip = advertisedIp();
+    c.ip = ip;
     c.port = gListener->port();
     std::string enc = c.encode();
     if (enc.size() < size_t(kCardBytes)) {

@@ -175,7 +175,11 @@ void discoverWorld(Process* p, Card me, int64_t myStartWallNs) {
 void startSideChannel(Process* p) {
   try {
     Credentials cred{p->env.job_id, p->env.secret.empty() ? p->env.job_id : p->env.secret};
-    p->listener = std::make_unique<Listener>(cred, "0.0.0.0");
+    // Bound where peers are told to dial it, not on every interface (HETOBS_SOCKET_IFNAME first).
+    const char* ifname = getenv("HETOBS_SOCKET_IFNAME");
+    std::string ip = p->size <= 1 ? std::string("127.0.0.1")
+                     : ifname && *ifname ? interfaceAddress(ifname) : advertisedAddress();
+    p->listener = std::make_unique<Listener>(cred, ip);
     Runtime* rt = p->rt;
     p->listener->setControlHandler([rt](const std::string& req) { return rt->handleControl(req); });
     Card me;
@@ -183,7 +187,7 @@ void startSideChannel(Process* p) {
     me.pid = int(getpid());
     me.host_key = localHostKey();
     me.hostname = localHostname();
-    me.ip = p->size > 1 ? advertisedAddress() : "127.0.0.1";
+    me.ip = ip;
     me.port = p->listener->port();
     std::vector<Card> cards(size_t(p->size));
     for (int r = 0; r < p->size; ++r) cards[size_t(r)].rank = r;

@@ -24,7 +24,7 @@ struct ClientHello {
   uint32_t purpose;
   int32_t from_rank;
   int32_t to_rank;
-  uint32_t reserved;
+  uint32_t generation;  // 0: a link's first connection; n > 0: its n-th reconnect (was reserved, always 0)
   uint64_t comm_id;
   uint8_t nonce[16];
   uint8_t mac[32];
@@ -43,6 +43,8 @@ Digest clientMac(const Credentials& c, const uint8_t* snonce, const ClientHello&
   m.append(reinterpret_cast<const char*>(&h.from_rank), 4);
   m.append(reinterpret_cast<const char*>(&h.to_rank), 4);
   m.append(reinterpret_cast<const char*>(&h.comm_id), 8);
+  // Authenticated only when set, so first connections keep the MAC they always had.
+  if (h.generation != 0) m.append(reinterpret_cast<const char*>(&h.generation), 4);
   return hmacSha256(c.key, m.data(), m.size());
 }
 
@@ -68,6 +70,7 @@ void clientHandshake(int fd, const Credentials& cred, const Hello& hello, int64_
   ch.from_rank = hello.from_rank;
   ch.to_rank = hello.to_rank;
   ch.comm_id = hello.comm_id;
+  ch.generation = hello.generation;
   randomBytes(ch.nonce, sizeof ch.nonce);
   Digest mac = clientMac(cred, sh.nonce, ch);
   memcpy(ch.mac, mac.data(), 32);
@@ -117,6 +120,7 @@ Hello serverHandshake(int fd, const Credentials& cred, int64_t deadlineNs) {
   h.comm_id = ch.comm_id;
   h.from_rank = ch.from_rank;
   h.to_rank = ch.to_rank;
+  h.generation = ch.generation;
   return h;
 }
 

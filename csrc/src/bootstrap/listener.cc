@@ -15,7 +15,7 @@
 
 namespace hetobs {
 namespace {
-// A handshake must finish quickly: a stalled stranger holds the accept thread no longer.
+// A handshake must finish quickly: a stalled stranger holds its own thread no longer.
 constexpr int64_t kHandshakeNs = 2000000000LL;
 }  // namespace
 
@@ -30,6 +30,7 @@ Listener::~Listener() {
   ssize_t rc = write(wake_[1], &c, 1);
   (void)rc;
   if (thread_.joinable()) thread_.join();
+  pool_.stop();  // no handler parks a connection after this
   close(fd_);
   close(wake_[0]);
   close(wake_[1]);
@@ -52,12 +53,12 @@ void Listener::loop() {
     if (p[0].revents & POLLIN) {
       int cfd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (cfd < 0) continue;
-      handle(cfd);
+      pool_.run(cfd, [this](int fd, const std::function<void()>& authenticated) { return handle(fd, authenticated); });
     }
   }
 }
 
-void Listener::handle(int cfd) {
+bool Listener::handle(int cfd, const std::function<void()>& authenticated) {
   std::string from = peerAddressOf(cfd);
   try {
     Credentials cred;
@@ -66,10 +67,8 @@ void Listener::handle(int cfd) {
       cred = cred_;
     }
     Hello h = serverHandshake(cfd, cred, monoNs() + kHandshakeNs);
-    if (h.purpose == Purpose::kProbe) {
-      close(cfd);
-      return;
-    }
+    authenticated();
+    if (h.purpose == Purpose::kProbe) return false;
     if (h.purpose == Purpose::kControl) {
       int64_t dl = monoNs() + kHandshakeNs;
       std::string request = readBlob(cfd, 16384, dl, "side-channel request");
@@ -78,10 +77,10 @@ void Listener::handle(int cfd) {
         std::lock_guard<std::mutex> g(mu_);
         handler = control_;
       }
-      writeBlob(cfd, handler ? handler(request) : std::string("error side channel not ready"), dl,
-                "side-channel reply");
-      close(cfd);
-      return;
+      // The reply gets its own deadline: the request's was spent waiting for it and the dump.
+      writeBlob(cfd, handler ? handler(request) : std::string("error side channel not ready"),
+                monoNs() + kHandshakeNs, "side-channel reply");
+      return false;
     }
     if (h.purpose != Purpose::kTransport) throw AuthError("unexpected handshake purpose");
     std::lock_guard<std::mutex> g(mu_);
@@ -90,15 +89,15 @@ void Listener::handle(int cfd) {
     if (it != parked_.end()) close(it->second);  // a retry replaces a stale attempt
     parked_[key] = cfd;
     cv_.notify_all();
+    return true;
   } catch (const AuthError& e) {
     ++refused_;
     HETOBS_WARN("refused a connection from %s: %s", from.c_str(), e.what());
-    close(cfd);
   } catch (const Error& e) {
     ++refused_;
     HETOBS_WARN("dropped a connection from %s during the handshake: %s", from.c_str(), e.what());
-    close(cfd);
   }
+  return false;
 }
 
 void Listener::setCredentials(Credentials cred) {

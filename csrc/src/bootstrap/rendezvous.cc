@@ -1,14 +1,18 @@
 #include "hetobs/bootstrap/rendezvous.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 #include "hetobs/bootstrap/card.h"
+#include "hetobs/bootstrap/handshake_pool.h"
 #include "hetobs/common/clock.h"
+#include "hetobs/common/connect_retry.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
 
@@ -46,22 +50,86 @@ std::vector<std::string> unpackTable(const std::string& blob, int size) {
   return out;
 }
 
+// What the host's connection threads fill in, one rank at a time.
+struct Arrivals {
+  std::mutex mu;
+  std::vector<std::string> cards;
+  std::vector<int> fds;
+  int missing = 0;
+  int wake[2] = {-1, -1};  // a byte per arrival wakes the accept loop
+};
+
+// One client's handshake and card, on its own thread (HandshakePool): true if it joined.
+bool admit(Arrivals& a, int cfd, int size, const Credentials& cred, const std::string& jobId, int64_t deadlineNs,
+           const std::function<void()>& authenticated) {
+  std::string from = peerAddressOf(cfd);
+  try {
+    int64_t dl = std::min(deadlineNs, monoNs() + kPerClientNs);
+    Hello h = serverHandshake(cfd, cred, dl);
+    if (h.purpose != Purpose::kRendezvous || h.from_rank <= 0 || h.from_rank >= size)
+      throw AuthError(strFormat("bad rendezvous request (rank %d of %d)", h.from_rank, size));
+    authenticated();
+    writeBlob(cfd, jobId, dl, "rendezvous job id");
+    std::string card = readBlob(cfd, kMaxCard, dl, "rendezvous card");
+    Card::decode(card);
+    int r = h.from_rank;
+    {
+      std::lock_guard<std::mutex> g(a.mu);
+      if (a.fds[size_t(r)] >= 0) {
+        HETOBS_WARN("rendezvous: rank %d connected twice (from %s); keeping the newer connection", r, from.c_str());
+        close(a.fds[size_t(r)]);
+        ++a.missing;
+      }
+      a.fds[size_t(r)] = cfd;
+      a.cards[size_t(r)] = card;
+      --a.missing;
+    }
+    char c = 1;
+    ssize_t rc = write(a.wake[1], &c, 1);
+    (void)rc;
+    return true;
+  } catch (const AuthError& e) {
+    HETOBS_WARN("rendezvous refused a connection from %s: %s", from.c_str(), e.what());
+  } catch (const Error& e) {
+    HETOBS_WARN("rendezvous dropped a connection from %s: %s", from.c_str(), e.what());
+  }
+  return false;
+}
+
 std::vector<std::string> host(int size, const SockAddr& master, const Credentials& cred, const std::string& jobId,
                               const std::string& myCard, int64_t deadlineNs) {
   SockAddr bound;
-  int lfd = listenTcp("0.0.0.0", master.port, &bound, 1024);
-  std::vector<std::string> cards(static_cast<size_t>(size));
-  std::vector<int> fds(static_cast<size_t>(size), -1);
-  cards[0] = myCard;
-  int missing = size - 1;
+  int lfd = listenTcp(rendezvousListenAddress(master.host), master.port, &bound, 1024);
+  Arrivals a;
+  a.cards.assign(static_cast<size_t>(size), std::string());
+  a.fds.assign(static_cast<size_t>(size), -1);
+  a.cards[0] = myCard;
+  a.missing = size - 1;
+  if (pipe2(a.wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+    close(lfd);
+    throw Error("rendezvous: pipe2: " + errnoString(errno));
+  }
+  auto closeAll = [&] {
+    for (int fd : a.fds)
+      if (fd >= 0) close(fd);
+    close(lfd);
+    close(a.wake[0]);
+    close(a.wake[1]);
+  };
+  HandshakePool pool;
   try {
-    while (missing > 0) {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> g(a.mu);
+        if (a.missing <= 0) break;
+      }
       int64_t left = deadlineNs - monoNs();
       if (left <= 0) {
+        pool.stop();  // no connection thread touches the arrivals after this
         std::string who;
         int count = 0;
         for (int r = 1; r < size; ++r)
-          if (fds[size_t(r)] < 0) {
+          if (a.fds[size_t(r)] < 0) {
             who += (who.empty() ? "" : ", ") + std::to_string(r);
             ++count;
           }
@@ -71,57 +139,39 @@ std::vector<std::string> host(int size, const SockAddr& master, const Credential
                                     count > 1 ? "those ranks" : "that rank");
         // Tell the ranks that did arrive why, so every rank names the missing one.
         for (int r = 1; r < size; ++r)
-          if (fds[size_t(r)] >= 0) {
+          if (a.fds[size_t(r)] >= 0) {
             try {
-              writeBlob(fds[size_t(r)], kErrorPrefix + msg, monoNs() + 500000000LL, "rendezvous error");
+              writeBlob(a.fds[size_t(r)], kErrorPrefix + msg, monoNs() + 500000000LL, "rendezvous error");
             } catch (const Error&) {
             }
           }
         throw Error(msg);
       }
-      pollfd p{lfd, POLLIN, 0};
-      int rc = poll(&p, 1, int(std::min<int64_t>(left / 1000000 + 1, 1000)));
+      pollfd p[2] = {{lfd, POLLIN, 0}, {a.wake[0], POLLIN, 0}};
+      int rc = poll(p, 2, int(std::min<int64_t>(left / 1000000 + 1, 1000)));
       if (rc <= 0) continue;
+      if (p[1].revents) {
+        char buf[64];
+        while (read(a.wake[0], buf, sizeof buf) > 0) {
+        }
+      }
+      if (!(p[0].revents & POLLIN)) continue;
       int cfd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
       if (cfd < 0) continue;
-      std::string from = peerAddressOf(cfd);
-      try {
-        int64_t dl = std::min(deadlineNs, monoNs() + kPerClientNs);
-        Hello h = serverHandshake(cfd, cred, dl);
-        if (h.purpose != Purpose::kRendezvous || h.from_rank <= 0 || h.from_rank >= size)
-          throw AuthError(strFormat("bad rendezvous request (rank %d of %d)", h.from_rank, size));
-        writeBlob(cfd, jobId, dl, "rendezvous job id");
-        std::string card = readBlob(cfd, kMaxCard, dl, "rendezvous card");
-        Card::decode(card);
-        int r = h.from_rank;
-        if (fds[size_t(r)] >= 0) {
-          HETOBS_WARN("rendezvous: rank %d connected twice (from %s); keeping the newer connection", r, from.c_str());
-          close(fds[size_t(r)]);
-          ++missing;
-        }
-        fds[size_t(r)] = cfd;
-        cards[size_t(r)] = card;
-        --missing;
-      } catch (const AuthError& e) {
-        HETOBS_WARN("rendezvous refused a connection from %s: %s", from.c_str(), e.what());
-        close(cfd);
-      } catch (const Error& e) {
-        HETOBS_WARN("rendezvous dropped a connection from %s: %s", from.c_str(), e.what());
-        close(cfd);
-      }
+      pool.run(cfd, [&a, size, &cred, &jobId, deadlineNs](int fd, const std::function<void()>& authenticated) {
+        return admit(a, fd, size, cred, jobId, deadlineNs, authenticated);
+      });
     }
-    std::string table = packTable(cards);
-    for (int r = 1; r < size; ++r) writeBlob(fds[size_t(r)], table, deadlineNs, "rendezvous table");
+    pool.stop();  // strangers still talking are cut; every rank's connection is in a.fds
+    std::string table = packTable(a.cards);
+    for (int r = 1; r < size; ++r) writeBlob(a.fds[size_t(r)], table, deadlineNs, "rendezvous table");
   } catch (...) {
-    for (int fd : fds)
-      if (fd >= 0) close(fd);
-    close(lfd);
+    pool.stop();
+    closeAll();
     throw;
   }
-  for (int fd : fds)
-    if (fd >= 0) close(fd);
-  close(lfd);
-  return cards;
+  closeAll();
+  return a.cards;
 }
 
 }  // namespace
@@ -134,7 +184,8 @@ std::vector<std::string> rendezvous(int rank, int size, const SockAddr& master, 
   if (rank == 0) return host(size, master, cred, jobId, myCard, deadlineNs);
   std::string fatal;  // rank 0 gave up and said why: do not retry
   for (;;) {
-    int fd = connectTcp(master, deadlineNs);
+    // Retries (back-off, HETOBS_CONNECT_RETRIES) happen inside: rank 0 may start late.
+    int fd = connectWithRetries(ConnectTarget{master, 0, "rank 0's rendezvous"}, deadlineNs);
     try {
       Hello h;
       h.purpose = Purpose::kRendezvous;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "hetobs/common/error.h"
+#include "hetobs/relay/relay.h"
 
 namespace hetobs {
 
@@ -31,15 +32,38 @@ size_t opBytes(const OpArgs& a, int n) {
   }
 }
 
+namespace {
+
+// Whether a payload of `bytes` takes the one-round direct path: up to HETOBS_SMALL_BYTES (0
+// forces the ring, 2^62 direct), divided by n-1 on one host over shared memory. There
+// all_reduce's direct is bound by the (n-1) S bytes each rank copies in and folds, and
+// all_gather's and reduce_scatter's, with the ring's bytes, by n-1 messages at once instead
+// of one per step: measured even with the ring or behind from 32-64 KiB at 3-4 ranks
+// (docs/algorithms.md). Over TCP each of the ring's dependent steps costs a wake-up in poll(),
+// which keeps direct ahead up to the plain threshold.
+bool directFits(const Communicator& c, size_t bytes) {
+  size_t small = c.smallBytes();
+  if (c.oneHostShm() && c.size() > 2) small /= size_t(c.size() - 1);
+  return bytes <= small;
+}
+
+// all_gather and reduce_scatter take direct only up to this many ranks: it connects every
+// pair, and a larger world would for one small all_gather (split() runs one) where the ring
+// connects only neighbours (links open on demand). Measured up to 4.
+constexpr int kDirectMaxRanks = 8;
+
+}  // namespace
+
 Algorithm chooseAlgorithm(const Communicator& c, const OpArgs& a) {
+  const size_t es = dtypeSize(a.dtype);
   switch (a.op) {
     case OpKind::kAllReduce:
-      return (a.send_count * dtypeSize(a.dtype) <= c.smallBytes() || a.send_count < size_t(c.size()))
-                 ? Algorithm::kDirect
-                 : Algorithm::kRing;
-    case OpKind::kReduceScatter:
-    case OpKind::kAllGather:
-      return Algorithm::kRing;
+      return directFits(c, a.send_count * es) || a.send_count < size_t(c.size()) ? Algorithm::kDirect
+                                                                                 : Algorithm::kRing;
+    case OpKind::kReduceScatter:  // S: the input
+      return c.size() <= kDirectMaxRanks && directFits(c, a.send_count * es) ? Algorithm::kDirect : Algorithm::kRing;
+    case OpKind::kAllGather:  // S: the gathered output
+      return c.size() <= kDirectMaxRanks && directFits(c, a.recv_count * es) ? Algorithm::kDirect : Algorithm::kRing;
     case OpKind::kBroadcast:
     case OpKind::kReduce:
       return Algorithm::kChain;
@@ -48,6 +72,33 @@ Algorithm chooseAlgorithm(const Communicator& c, const OpArgs& a) {
       return Algorithm::kDirect;
     default:
       return Algorithm::kP2P;
+  }
+}
+
+bool neededPeers(const Communicator& c, const OpArgs& a, std::vector<int>* out) {
+  out->clear();
+  const int n = c.size(), r = c.rank();
+  if (n == 1) return false;
+  switch (a.op) {
+    case OpKind::kSend:
+    case OpKind::kRecv:
+      out->push_back(a.root_or_peer);
+      return false;
+    case OpKind::kRelay:
+      for (const auto* list : {&a.relay->sends, &a.relay->recvs})
+        for (const RelayMessage& m : *list) out->push_back(m.peer);
+      return false;
+    default:
+      break;
+  }
+  switch (chooseAlgorithm(c, a)) {
+    case Algorithm::kRing:
+    case Algorithm::kChain:  // the chain runs along the ring from the root
+      out->push_back((r + 1) % n);
+      out->push_back((r + n - 1) % n);
+      return false;
+    default:
+      return true;
   }
 }
 

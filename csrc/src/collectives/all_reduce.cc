@@ -3,12 +3,14 @@
 //    folds all n contributions in rank order, so every rank computes bit-identical
 //    results with one round of messages.
 //  - ring (bandwidth path): reduce-scatter then all-gather around the ring, n-1 steps
-//    each; every step streams its block in frames, reducing as frames arrive.
+//    each; every step streams its block in frames, reducing as frames arrive. Over TCP
+//    the steps are pipelined segment by segment (ring_pipeline.h).
 #include <cstring>
-#include <vector>
 
 #include "hetobs/collectives/algorithm.h"
+#include "hetobs/collectives/peer_items.h"
 #include "hetobs/collectives/reduce_kernels.h"
+#include "hetobs/collectives/ring_pipeline.h"
 
 namespace hetobs {
 namespace {
@@ -17,32 +19,7 @@ void direct(Communicator& c, const OpArgs& a) {
   const int n = c.size(), r = c.rank();
   const size_t bytes = a.send_count * dtypeSize(a.dtype);
   uint8_t* in = c.scratch(bytes * size_t(n));  // slot p holds rank p's contribution
-  SendItem sends[64];
-  RecvItem recvs[64];
-  std::vector<SendItem> sendV;
-  std::vector<RecvItem> recvV;
-  SendItem* sp = sends;
-  RecvItem* rp = recvs;
-  if (n - 1 > 64) {
-    sendV.resize(size_t(n - 1));
-    recvV.resize(size_t(n - 1));
-    sp = sendV.data();
-    rp = recvV.data();
-  }
-  size_t k = 0;
-  for (int p = 0; p < n; ++p) {
-    if (p == r) continue;
-    sp[k] = SendItem{};
-    sp[k].peer = p;
-    sp[k].data = a.recv;
-    sp[k].len = bytes;
-    rp[k] = RecvItem{};
-    rp[k].peer = p;
-    rp[k].dst = in + size_t(p) * bytes;
-    rp[k].len = bytes;
-    ++k;
-  }
-  c.exchange(sp, k, rp, k);
+  exchangeWithEveryPeer(c, a.recv, bytes, in);
   // Fold in rank order into slot 0 (or straight into the output on rank 0).
   auto contribution = [&](int p) -> const uint8_t* { return p == r ? a.recv : in + size_t(p) * bytes; };
   uint8_t* acc = r == 0 ? a.recv : in;
@@ -92,6 +69,7 @@ void ring(Communicator& c, const OpArgs& a) {
 void allReduce(Communicator& c, const OpArgs& a) {
   if (c.size() == 1) return;  // avg over one rank is the identity
   if (chooseAlgorithm(c, a) == Algorithm::kDirect) return direct(c, a);
+  if (ringPipelined(c)) return ringPipelinedAllReduce(c, a);  // TCP: steps overlap chunk by chunk
   ring(c, a);
 }
 

@@ -13,10 +13,11 @@ void broadcast(Communicator& c, const OpArgs& a) {
   const int pos = mod(c.rank() - a.root_or_peer, n);
   const int next = mod(c.rank() + 1, n), prev = mod(c.rank() - 1, n);
   const size_t bytes = a.send_count * dtypeSize(a.dtype);
-  const size_t segs = std::max<size_t>(1, (bytes + kSegmentBytes - 1) / kSegmentBytes);
+  const size_t segBytes = chainSegmentBytes(n, bytes);
+  const size_t segs = std::max<size_t>(1, (bytes + segBytes - 1) / segBytes);
   auto seg = [&](size_t s, size_t* len) {
-    size_t off = s * kSegmentBytes;
-    *len = std::min(kSegmentBytes, bytes - off);
+    size_t off = s * segBytes;
+    *len = std::min(segBytes, bytes - off);
     return a.recv + off;
   };
   for (size_t s = 0; s <= segs; ++s) {
@@ -29,6 +30,7 @@ void broadcast(Communicator& c, const OpArgs& a) {
     if (doSend) {
       send.peer = next;
       send.data = seg(sendSeg, &send.len);
+      send.peerMayRead = chainPeerMayRead(n);
       ns = 1;
     }
     if (pos > 0 && s < segs) {

@@ -6,7 +6,8 @@
 
 #include "hetobs/common/error.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not in sanitizer builds: the clones' ifunc resolvers run before the sanitizer runtime is up.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(HETOBS_SANITIZED)
 #define HETOBS_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define HETOBS_CLONES

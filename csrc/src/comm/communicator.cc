@@ -46,6 +46,9 @@ size_t Communicator::smallBytes() const { return endpoint_->config().small_bytes
 
 void Communicator::connect() {
   buildChannels();
+  openEpoll();
+  allConnected_ = std::count_if(channels_.begin(), channels_.end(), [](const auto& ch) { return ch != nullptr; }) ==
+                  size() - 1;
   Runtime* rt = Runtime::get();
   cstats_ = Runtime::commStats(&ownStats_, id_, size(), rank_);
   for (auto& ch : channels_)
@@ -75,8 +78,7 @@ void Communicator::statsEnd(const OpDesc& d, uint64_t bytes, int64_t startMono, 
   uint64_t v = __atomic_load_n(&c->version, __ATOMIC_RELAXED);
   __atomic_store_n(&c->version, v + 1, __ATOMIC_RELAXED);
   std::atomic_thread_fence(std::memory_order_release);
-  // The segment's layout has a slot per op kind it knew when it was versioned; a newer
-  // kind (relay) is recorded but not counted there until the layout grows.
+  // A slot per op kind (layout version 3 added relay); an out-of-range kind is never counted.
   if (uint8_t(d.op) < stats::kOpKinds)
     stats::noteOpEnd(c->ops[uint8_t(d.op)], bytes, durNs, ok, busBwFactor(uint8_t(d.op), size()),
                      [](uint64_t& counter, uint64_t n) { counter += n; });  // we hold the seqlock
@@ -87,6 +89,11 @@ void Communicator::statsEnd(const OpDesc& d, uint64_t bytes, int64_t startMono, 
 }
 
 bool Communicator::inFlight(InFlight* out) const {
+  std::lock_guard<std::mutex> g(observeMu_);
+  return inFlightLocked(out);
+}
+
+bool Communicator::inFlightLocked(InFlight* out) const {
   uint64_t r = inflightRecord_.load(std::memory_order_acquire);
   if (r == 0) return false;
   out->record_id = r - 1;
@@ -119,6 +126,7 @@ void Communicator::reportFailure(const std::string& msg, uint64_t seq) {
   req.reason = "error";
   req.cause = msg;
   req.ask_peers = true;
+  if (gonePeer_ >= 0) req.known_gone.push_back(global_[size_t(gonePeer_)]);
   rt->dump(req);
 }
 
@@ -147,12 +155,11 @@ std::shared_ptr<Work> Communicator::submit(const OpArgs& args, bool async) {
   if (failed_.load())
     throw AbortedError(strFormat("communicator %llu is unusable after an earlier failure: %s",
                                  (unsigned long long)id_, cause_.c_str()));
-  int64_t t = monoNs();
   std::unique_lock<std::mutex> lk(qmu_);
   if (async || pending_ > 0) {
     if (!worker_.joinable()) worker_ = std::thread([this] { workerLoop(); });
     auto w = std::make_shared<Work>();
-    queue_.push_back(Task{args, t, w});
+    queue_.push_back(Task{args, monoNs(), w});
     ++pending_;
     qcv_.notify_all();
     lk.unlock();
@@ -162,7 +169,9 @@ std::shared_ptr<Work> Communicator::submit(const OpArgs& args, bool async) {
   }
   lk.unlock();
   std::lock_guard<std::mutex> ex(execMu_);
-  execute(args, t);
+  // A blocking op starts as it is enqueued: one clock read for both (~30 ns each here).
+  int64_t now = monoNs();
+  execute(args, now, now);
   return nullptr;
 }
 
@@ -182,7 +191,7 @@ void Communicator::workerLoop() {
       if (failed_.load())
         throw AbortedError(strFormat("communicator %llu is unusable after an earlier failure: %s",
                                      (unsigned long long)id_, cause_.c_str()));
-      execute(task.args, task.enqueue_ns);
+      execute(task.args, task.enqueue_ns, monoNs());
     } catch (...) {
       err = std::current_exception();
     }
@@ -194,7 +203,7 @@ void Communicator::workerLoop() {
   }
 }
 
-void Communicator::execute(const OpArgs& a, int64_t enqueueNs) {
+void Communicator::execute(const OpArgs& a, int64_t enqueueNs, int64_t start) {
   // Describe the op as every peer must see it.
   OpDesc d;
   d.comm_tag = uint32_t(id_);
@@ -253,7 +262,6 @@ void Communicator::execute(const OpArgs& a, int64_t enqueueNs) {
   rec.algorithm = uint8_t(chooseAlgorithm(*this, a));
   rec.backend = uint8_t(Backend::kNative);
   rec.device_type = uint8_t(DeviceType::kCpu);
-  int64_t start = monoNs();
   rec.t_start_ns = start;
   Recorder& recorder = Recorder::instance();
   uint64_t rid = recorder.begin(rec);
@@ -263,6 +271,18 @@ void Communicator::execute(const OpArgs& a, int64_t enqueueNs) {
   opStartNs_ = start;
   deadlineNs_ = deadlineAfter(start, timeout);
   try {
+    if (!allConnected_) {
+      if (neededPeers(*this, a, &neededScratch_)) {
+        neededScratch_.clear();
+        for (int p = 0; p < size(); ++p) neededScratch_.push_back(p);
+        ensureChannels(neededScratch_);
+        allConnected_ = true;
+      } else {
+        ensureChannels(neededScratch_);
+      }
+    }
+    // A peer announced a mismatch at this seq while the op before it still ran here.
+    if (!deferredMismatch_.empty()) throw deferredMismatch_.front();
     runCollective(*this, a);
   } catch (...) {
     std::exception_ptr ep = std::current_exception();
@@ -318,6 +338,7 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key) {
 
 std::vector<LinkInfo> Communicator::links() const {
   std::vector<LinkInfo> out;
+  std::lock_guard<std::mutex> g(observeMu_);
   for (size_t i = 0; i < channels_.size(); ++i) {
     const auto& ch = channels_[i];
     if (!ch) continue;
@@ -337,6 +358,9 @@ std::vector<LinkInfo> Communicator::links() const {
     l.frames_recv = k.frames_recv.load();
     l.busy_ns = k.busy_ns.load();
     l.last_activity_ns = k.last_activity_ns.load();
+    l.reconnects = c.reconnects().load(std::memory_order_relaxed);
+    l.single_copy_bytes = c.singleCopyBytes();
+    l.sends_unacked_max = c.sendsUnackedMax();
     auto& p = c.progress();
     l.send_posted = p.send_posted.load();
     l.send_sent = p.send_sent.load();
@@ -346,9 +370,17 @@ std::vector<LinkInfo> Communicator::links() const {
     l.recv_received = p.recv_received.load();
     l.recv_done = p.recv_done.load();
     l.progress_change_ns = p.last_change_ns.load();
+    c.sampleHealth();  // a reader of links() wants the kernel's state now, not a second ago
+    l.health = LinkHealthSnapshot::of(c.health());
     out.push_back(l);
   }
   return out;
+}
+
+void Communicator::sampleLinkHealth() const {
+  std::lock_guard<std::mutex> g(observeMu_);  // close() may be taking the channels away
+  for (const auto& ch : channels_)
+    if (ch) ch->sampleHealth();
 }
 
 void Communicator::close() {
@@ -360,10 +392,22 @@ void Communicator::close() {
   }
   if (worker_.joinable()) worker_.join();
   std::lock_guard<std::mutex> ex(execMu_);
-  relayLive_.store(nullptr, std::memory_order_release);
-  relay_.reset();  // joins the copy threads, which ring the segment's doorbell
-  channels_.clear();
-  segment_.reset();
+  std::unique_ptr<RelayState> relay;
+  std::vector<std::unique_ptr<Channel>> channels;
+  std::unique_ptr<shm::Segment> segment;
+  {
+    // Taken away under the observers' lock, destroyed after it: a dump in progress finishes
+    // with the channels it is walking, the next one sees none.
+    std::lock_guard<std::mutex> g(observeMu_);
+    relayLive_.store(nullptr, std::memory_order_release);
+    relay = std::move(relay_);
+    channels.swap(channels_);
+    segment = std::move(segment_);
+  }
+  relay.reset();  // joins the copy threads, which ring the segment's doorbell
+  channels.clear();
+  closeEpoll();
+  segment.reset();
 }
 
 }  // namespace hetobs

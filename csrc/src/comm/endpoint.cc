@@ -36,13 +36,14 @@ Endpoint::Endpoint(CommConfig cfg) : cfg_(std::move(cfg)) {
       HETOBS_WARN("HETOBS_SECRET is not set: connections are checked against the job id but not authenticated");
   }
   setLogPrefix("rank " + std::to_string(cfg_.rank));
-  listener_ = std::make_unique<Listener>(cred_, "0.0.0.0");
+  listener_ = std::make_unique<Listener>(cred_, cfg_.size > 1 ? listenAddressFromEnv() : std::string("127.0.0.1"));
   if (!cfg_.job_id_generated) startRuntime();
   card_.rank = cfg_.rank;
   card_.pid = int(getpid());
   card_.host_key = localHostKey();
   card_.hostname = localHostname();
-  card_.ip = "127.0.0.1";
+  // Bound to one address (HETOBS_SOCKET_IFNAME, MASTER_ADDR's route): that is the only one to dial.
+  card_.ip = listener_->host() != "0.0.0.0" ? listener_->host() : "127.0.0.1";
   card_.port = listener_->port();
 }
 
@@ -84,12 +85,14 @@ void Endpoint::adoptJobId(const std::string& id) {
 int64_t Endpoint::connectDeadline() const { return deadlineAfter(monoNs(), cfg_.connect_timeout_s); }
 
 void Endpoint::advertiseToward(const std::string& host) {
-  if (cfg_.size > 1) card_.ip = localAddressToward(SockAddr{host, 9});  // any port: nothing is sent
+  // A listener bound to one address is reachable only there; the wildcard by the route toward `host`.
+  if (cfg_.size > 1)
+    card_.ip = listener_->host() != "0.0.0.0" ? listener_->host() : localAddressToward(SockAddr{host, 9});
 }
 
 std::shared_ptr<Communicator> Endpoint::rendezvous(const std::string& masterAddr, int masterPort) {
   SockAddr master{masterAddr, masterPort};
-  if (cfg_.size > 1) card_.ip = localAddressToward(master);
+  advertiseToward(masterAddr);
   // Before the id is agreed the ranks share no job key: the rendezvous is keyed by the secret,
   // else by its port (what every rank of this job, and no other job running now, was given).
   Credentials boot = cred_;

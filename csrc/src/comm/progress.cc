@@ -2,10 +2,14 @@
 //
 // Waiting: spin briefly (a peer on the same host usually answers within
 // microseconds), then yield (ranks may outnumber cores), then sleep: on the
-// shared-memory doorbell (a futex) or in poll() on the sockets. Sleeps are bounded
-// so the loop still notices deadlines, abort words and dead peers.
+// shared-memory doorbell (a futex) or on the sockets (an epoll set: no fd ceiling). Sleeps
+// are bounded so the loop still notices deadlines, abort words and dead peers. When the
+// host's members outnumber our CPUs the spin is skipped: the peer we wait for is likely
+// waiting for our core, and sched_yield hands it over where PAUSE would burn it.
 #include <poll.h>
 #include <sched.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -25,12 +29,24 @@ namespace hetobs {
 namespace {
 
 constexpr int64_t kSpinNs = 20000;        // busy-poll this long after the last progress
+constexpr int64_t kMinSpinNs = 1000;      // the shortest the spin adapts down to (adaptSpin)
 constexpr int64_t kYieldNs = 200000;      // then yield the core this long
 constexpr int64_t kTcpSpinNs = 5000;      // links all TCP: spin this long, then poll()
 constexpr int64_t kSleepNs = 20000000;    // then sleep at most this long per wait
 constexpr int64_t kControlNs = 20000000;  // poll every channel's control traffic this often
+constexpr int64_t kLongSleepNs = 100000000;  // the longest sleep of a wait that has lasted a while
+// PAUSEs between two polls of a spinning wait. One PAUSE is ~140 cycles on Skylake and later
+// (42 ns measured here), ~10 on older cores: 32 of them made each poll ~1.35 us apart, about
+// the whole of an 8 B all_reduce at 2 ranks, so data arriving just after a poll waited that long.
+constexpr int kPausesPerPoll = 1;
+
+// How long a wait with nothing moving may sleep: kSleepNs at first, growing with the wait
+// to kLongSleepNs after a second. What matters (data, acks, aborts, EOF) wakes the wait at
+// once; the timer only bounds how soon the watchdog's abort request and a peer's redial
+// (reconnect.cc) are picked up. At 1,024 ranks waiting on one stopped rank, 50 wake-ups a
+// second each kept both cores busy, and the job-wide dump crawled (docs/PERF.md, "Scale").
+int64_t idleSleepNs(int64_t idle) { return std::clamp<int64_t>(idle / 10, kSleepNs, kLongSleepNs); }
 constexpr int64_t kResolveNs = 1000000000;  // how long to collect peers' ops after a mismatch
-constexpr size_t kMaxPollFds = 1024;
 
 // Items to one peer in one direction complete in order: an item waits for earlier ones.
 template <class Item>
@@ -59,7 +75,42 @@ bool driveItems(Item* items, size_t n, bool* all, Progress progress) {
   return moved;
 }
 
+// CPUs the same-host ranks share: this process's affinity mask (taskset, cgroup cpusets),
+// unless it holds a single CPU: a launcher that binds each rank to a core of its own
+// (Open MPI, `taskset -c r`) leaves one CPU per rank, which says nothing of how many the
+// ranks have together, so the host's online count stands in.
+int sharedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int mask = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (mask > 1) return mask;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? int(online) : 1;
+}
+
 }  // namespace
+
+bool Communicator::oversubscribed() {
+  int known = oversubscribed_.load(std::memory_order_relaxed);
+  if (known < 0) {
+    int local = 1;  // us, and every member reached over shared memory (same host)
+    for (const auto& ch : channels_)
+      if (ch && ch->isShm()) ++local;
+    known = local > sharedCpus() ? 1 : 0;
+    oversubscribed_.store(known, std::memory_order_relaxed);
+  }
+  return known == 1;
+}
+
+// A wait that spun out (the peer did not answer within the spin) halves the next wait's
+// spin, down to kMinSpinNs; one that ended while spinning doubles it back, up to kSpinNs. A
+// peer that shares our core (ranks are not bound; a loaded host) cannot answer while we
+// spin: each op then cost a whole spin (~20 us) before the yield let the peer run. 8 B
+// all_reduce at 2 native ranks, load average 6.3 on 2 cores: 3.2-6.5 us, 11-59 us before.
+void Communicator::adaptSpin(bool spun, bool spunOut) {
+  if (spunOut) spinNs_ = std::max(kMinSpinNs, spinNs_ / 2);
+  else if (spun) spinNs_ = std::min(kSpinNs, spinNs_ * 2);
+}
 
 OpDesc Communicator::descFor(int peer) const {
   if (desc_.op != OpKind::kRelay) return desc_;
@@ -82,7 +133,8 @@ void Communicator::exchange(SendItem* sends, size_t ns, RecvItem* recvs, size_t 
   int64_t lastMove = start;
   int64_t nextControl = start + kControlNs;
   shm::SegmentHeader* seg = segment_ ? segment_->header() : nullptr;
-  for (;;) {
+  bool spun = false, spunOut = false;  // this wait spun; it spun out (yielded or slept)
+  for (;;) try {
     uint32_t bellSeen = seg ? seg->bell.seq.load(std::memory_order_acquire) : 0;
     bool all = true;
     bool moved = driveItems(sends, ns, &all, [&](SendItem& s) { return channels_[size_t(s.peer)]->progressSend(s, descFor(s.peer)); });
@@ -99,16 +151,22 @@ void Communicator::exchange(SendItem* sends, size_t ns, RecvItem* recvs, size_t 
     throwIfAbortRequested();
     int64_t idle = now - lastMove;
     // Over TCP the kernel moves the bytes: sleeping in poll() at once leaves it the core.
-    int64_t spin = anyShm_ ? kSpinNs : kTcpSpinNs;
+    int64_t spin = !anyShm_ ? kTcpSpinNs : oversubscribed() ? 0 : spinNs_;
     int64_t yield = anyShm_ ? kYieldNs : 0;
     if (idle < spin) {
-      for (int i = 0; i < 32; ++i) HETOBS_PAUSE();
+      for (int i = 0; i < kPausesPerPoll; ++i) HETOBS_PAUSE();
+      spun = true;
     } else if (idle < spin + yield) {
       sched_yield();
+      spunOut = true;
     } else {
-      waitForEvents(sends, ns, recvs, nr, bellSeen, std::min(kSleepNs, deadlineNs_ - now));
+      waitForEvents(sends, ns, recvs, nr, bellSeen, std::min(idleSleepNs(idle), deadlineNs_ - now));
+      spunOut = true;
     }
+  } catch (const RemoteAbort& a) {
+    if (!deferLaterMismatch(a)) throw;
   }
+  adaptSpin(spun, spunOut);
   int64_t took = monoNs() - start;
   for (size_t i = 0; i < ns; ++i) {
     auto& k = channels_[size_t(sends[i].peer)]->counters();
@@ -144,7 +202,7 @@ void Communicator::exchangeFed(ExchangeFeed& feed) {
   int64_t lastMove = monoNs();
   int64_t nextControl = lastMove + kControlNs;
   shm::SegmentHeader* seg = segment_ ? segment_->header() : nullptr;
-  for (;;) {
+  for (;;) try {
     uint32_t bellSeen = seg ? seg->bell.seq.load(std::memory_order_acquire) : 0;
     uint32_t copySeen = feed.copySeq();
     bool moved = feed.pump();
@@ -172,11 +230,11 @@ void Communicator::exchangeFed(ExchangeFeed& feed) {
     // With copies in flight the copy threads need the cores: sleep at once (their
     // completions and the peer's frames ring the doorbell) instead of spinning them away.
     bool copying = feed.copying();
-    int64_t spin = copying ? 0 : anyShm_ ? kSpinNs : kTcpSpinNs;
+    int64_t spin = copying ? 0 : !anyShm_ ? kTcpSpinNs : oversubscribed() ? 0 : kSpinNs;
     int64_t yield = copying || !anyShm_ ? 0 : kYieldNs;
-    int64_t sleepNs = std::min(kSleepNs, deadlineNs_ - now);
+    int64_t sleepNs = std::min(idleSleepNs(idle), deadlineNs_ - now);
     if (idle < spin) {
-      for (int i = 0; i < 32; ++i) HETOBS_PAUSE();
+      for (int i = 0; i < kPausesPerPoll; ++i) HETOBS_PAUSE();
     } else if (idle < spin + yield) {
       sched_yield();
     } else if (ns + nr == 0) {
@@ -184,52 +242,93 @@ void Communicator::exchangeFed(ExchangeFeed& feed) {
     } else {
       waitForEvents(sends, ns, recvs, nr, bellSeen, copying ? std::min(sleepNs, kCopyPollNs) : sleepNs);
     }
+  } catch (const RemoteAbort& a) {
+    if (!deferLaterMismatch(a)) throw;
   }
 }
 
 void Communicator::waitForEvents(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr, uint32_t bellSeen,
                                  int64_t sleepNs) {
   bool tcpPending = false, shmPending = false;
-  pollfd fds[kMaxPollFds];
-  Channel* owners[kMaxPollFds];
-  bool wanted[kMaxPollFds];
-  size_t nfds = 0;
   for (size_t p = 0; p < channels_.size(); ++p) {
     Channel* ch = channels_[p].get();
     if (!ch) continue;
-    short ev = 0;
+    uint32_t ev = 0;
     bool sendPending = false, recvPending = false;
     for (size_t i = 0; i < ns; ++i)
       if (sends[i].peer == int(p) && !sends[i].done) sendPending = true;
     for (size_t i = 0; i < nr; ++i)
       if (recvs[i].peer == int(p) && !recvs[i].done) recvPending = true;
     if (sendPending || recvPending) (ch->isShm() ? shmPending : tcpPending) = true;
-    if (ch->peerClosed()) continue;
-    // Input is always interesting (acks, aborts, EOF, data) unless a later op's data is parked there.
-    if (!ch->holdsData() || (recvPending && !ch->isShm())) ev |= POLLIN;
-    if (sendPending && !ch->isShm()) ev |= POLLOUT;
-    if (ev && nfds < kMaxPollFds) {
-      fds[nfds] = pollfd{ch->pollFd(), ev, 0};
-      owners[nfds] = ch;
-      wanted[nfds] = (recvPending && !ch->isShm()) || (sendPending && !ch->isShm());
-      ++nfds;
+    if (!ch->peerClosed()) {
+      // Input is always interesting (acks, aborts, EOF, data) unless a later op's data is parked there.
+      if (!ch->holdsData() || (recvPending && !ch->isShm())) ev |= EPOLLIN;
+      // A send that waits for its ack (TCP with reconnect) waits on input, not on room to write.
+      if (sendPending && !ch->isShm() && !ch->sendWaitsForAck()) ev |= EPOLLOUT;
+      if (sendPending && ch->sendWaitsForAck()) ev |= EPOLLIN;
     }
+    pollWanted_[p] = (recvPending || sendPending) && !ch->isShm();
+    watchChannel(p, ev);
   }
   if (tcpPending || !shmPending) {
-    // ppoll: sub-millisecond bounds (the relay wakes every 100 us to hand on finished copies).
+    // ppoll on the epoll fd: sub-millisecond bounds (the relay wakes every 100 us to hand
+    // on finished copies), with no limit on how many channels are watched.
     int64_t ns = shmPending ? 0 : std::max<int64_t>(1000, sleepNs);
     timespec ts{time_t(ns / 1000000000LL), long(ns % 1000000000LL)};
-    int rc = ppoll(fds, nfds, &ts, nullptr);
+    pollfd ep{epollFd_, POLLIN, 0};
+    int rc = epollFd_ >= 0 ? ppoll(&ep, 1, &ts, nullptr) : ppoll(nullptr, 0, &ts, nullptr);
     // Readable links the op is not using carry control traffic (acks, aborts, EOF):
-    // drain it now, or poll() would keep returning at once and burn the core.
+    // drain it now, or the wait would keep returning at once and burn the core.
     if (rc > 0) {
-      for (size_t i = 0; i < nfds; ++i)
-        if (fds[i].revents && !wanted[i]) owners[i]->pollControl();
+      int got = epoll_wait(epollFd_, epollEvents_.data(), int(epollEvents_.size()), 0);
+      for (int i = 0; i < got; ++i) {
+        size_t p = epollEvents_[size_t(i)].data.u32;
+        if (!pollWanted_[p]) channels_[p]->pollControl();
+      }
     }
   }
   if (shmPending && segment_) {
     segment_->header()->bell.wait(bellSeen, tcpPending ? 100000 : sleepNs);
   }
+}
+
+// The epoll set follows each channel's interest; a syscall only when it changes.
+void Communicator::watchChannel(size_t p, uint32_t events) {
+  uint32_t& now = pollMask_[p];
+  int fd = channels_[p]->pollFd();
+  if (fd != pollFdWatched_[p] && now != 0) {  // the channel's socket was replaced (a reconnect)
+    epoll_ctl(epollFd_, EPOLL_CTL_DEL, pollFdWatched_[p], nullptr);  // gone already if it was closed
+    now = 0;
+  }
+  if (events == now || epollFd_ < 0) return;
+  epoll_event e{};
+  e.events = events;
+  e.data.u32 = uint32_t(p);
+  // No interest: out of the set, since epoll reports hang-ups even for an empty mask.
+  if (events == 0) {
+    epoll_ctl(epollFd_, EPOLL_CTL_DEL, fd, nullptr);  // fails only if it is out of the set already
+    now = 0;
+    return;
+  }
+  int rc = epoll_ctl(epollFd_, now == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &e);
+  if (rc == 0) {
+    now = events;
+    pollFdWatched_[p] = fd;
+  }
+}
+
+void Communicator::openEpoll() {
+  pollMask_.assign(channels_.size(), 0);
+  pollWanted_.assign(channels_.size(), 0);
+  pollFdWatched_.assign(channels_.size(), -1);
+  epollEvents_.assign(std::max<size_t>(1, std::min<size_t>(channels_.size(), 1024)), epoll_event{});
+  epollFd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (epollFd_ < 0) throw Error("epoll_create1: " + errnoString(errno));
+}
+
+void Communicator::closeEpoll() {
+  if (epollFd_ >= 0) ::close(epollFd_);
+  epollFd_ = -1;
 }
 
 void Communicator::pollAllControl() {
@@ -278,7 +377,22 @@ void Communicator::abortPeers(const AbortNotice& n) {
     if (ch && !ch->peerClosed()) ch->sendAbort(body);
 }
 
+bool Communicator::deferLaterMismatch(const RemoteAbort& a) {
+  if (isP2P(desc_.op)) return false;
+  AbortNotice got = AbortNotice::decode(a.body);
+  if (got.kind != AbortKind::kMismatch || got.reporter < 0 || isP2P(got.reporter_desc.op) ||
+      got.reporter_desc.seq <= desc_.seq)
+    return false;
+  deferredMismatch_.push_back(a);  // the failure path only: no allocation while ops run well
+  return true;
+}
+
 void Communicator::handleFailure(std::exception_ptr ep) {
+  // Whatever stopped this op, a mismatch announced for a later one is the root cause.
+  if (!deferredMismatch_.empty()) {
+    AbortNotice got = AbortNotice::decode(deferredMismatch_.front().body);
+    resolveMismatch(-1, nullptr, &got);
+  }
   AbortNotice n;
   n.reporter = rank_;
   n.reporter_desc = desc_;
@@ -317,6 +431,7 @@ void Communicator::handleFailure(std::exception_ptr ep) {
   } catch (const PeerError& e) {
     n.kind = e.closed ? AbortKind::kPeer : AbortKind::kTransport;
     n.suspect = e.peer;
+    if (e.gone && e.peer >= 0 && e.peer < size()) gonePeer_ = e.peer;
     n.cause = e.what();
     msg = strFormat("%s: %s", opContext().c_str(), e.what());
   } catch (const std::exception& e) {
@@ -356,6 +471,12 @@ void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, c
     if (notice->reporter_desc.seq == seq) firsthand[notice->reporter] = notice->reporter_desc;
     if (notice->suspect >= 0) secondhand.emplace(notice->suspect, notice->suspect_desc);
   }
+  for (const RemoteAbort& a : deferredMismatch_) {  // votes that came while an earlier op ran
+    AbortNotice got = AbortNotice::decode(a.body);
+    if (got.reporter_desc.seq == seq) firsthand[got.reporter] = got.reporter_desc;
+    if (got.suspect >= 0) secondhand.emplace(got.suspect, got.suspect_desc);
+  }
+  deferredMismatch_.clear();
   AbortNotice mine;
   mine.kind = AbortKind::kMismatch;
   mine.reporter = rank_;

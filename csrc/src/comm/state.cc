@@ -1,6 +1,7 @@
 // What a communicator says about itself in dumps and in the rank's metadata file
 // (docs/dump-schema.md). Runs on the watchdog or an erroring op thread; reads only
-// atomics, the record ring and fields fixed after connect().
+// atomics, the record ring, fields fixed after connect(), and the channels and relay state
+// under observeMu_ (close() removes them).
 #include "hetobs/comm/communicator.h"
 #include "hetobs/observe/state_json.h"
 #include "hetobs/record/recorder.h"
@@ -9,13 +10,14 @@
 namespace hetobs {
 
 void Communicator::writeMetadata(JsonWriter& w) const {
+  std::lock_guard<std::mutex> g(observeMu_);  // close() may be taking the channels away
   w.beginObject();
   w.field("comm_id", id_).field("size", size()).field("rank", rank_).field("backend", "native");
-  writeRankList(w, "global_ranks", worldRanks());
-  writeRankList(w, "ring", worldRanks());  // comm rank r sends to r+1 in every ring algorithm
-  w.key("transports").beginObject();
+  writeMembership(w, id_, worldRanks(), worldRanks(), true);  // ring: comm rank r sends to r+1
+  w.key("transports").beginObject();  // ring neighbours only: a rank file must not grow with the comm
   for (const auto& ch : channels_)
-    if (ch) w.field(std::to_string(worldRanks()[size_t(ch->peer().rank)]).c_str(), ch->kind());
+    if (ch && ringNeighbour(rank_, ch->peer().rank, size()))
+      w.field(std::to_string(worldRanks()[size_t(ch->peer().rank)]).c_str(), ch->kind());
   w.endObject();
   w.endObject();
 }
@@ -54,10 +56,10 @@ void Communicator::writeRelayState(JsonWriter& w) const {
 }
 
 void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
+  std::lock_guard<std::mutex> g(observeMu_);  // close() may be taking the channels and relay away
   w.beginObject();
   w.field("comm_id", id_).field("size", size()).field("rank", rank_).field("backend", "native");
-  writeRankList(w, "global_ranks", worldRanks());
-  writeRankList(w, "ring", worldRanks());
+  writeMembership(w, id_, worldRanks(), worldRanks(), false);
   w.field("last_coll_seq", __atomic_load_n(&cstats_->coll_seq, __ATOMIC_RELAXED));
   w.field("last_p2p_seq", __atomic_load_n(&cstats_->p2p_seq, __ATOMIC_RELAXED));
   bool failed = failed_.load();
@@ -68,12 +70,19 @@ void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
   else w.nullField("abort");
   InFlight f;
   OpRecord r{};
-  if (inFlight(&f) && Recorder::instance().get(f.record_id, &r)) {
+  bool running = inFlightLocked(&f) && Recorder::instance().get(f.record_id, &r);
+  // Sections only for the peers that matter (state_json.h): a dump's size must not grow with the comm.
+  auto wanted = [&](const Channel& ch, bool link) {
+    auto& c = const_cast<Channel&>(ch);
+    return ringNeighbour(rank_, ch.peer().rank, size()) || (running && peerHasProgress(c.progress())) ||
+           (link && linkCarriedData(c.counters()));
+  };
+  if (running) {
     w.key("in_flight").beginObject();
     writeInFlightFields(w, r, f.start_ns, nowMono);
     w.key("peers").beginArray();
     for (const auto& ch : channels_)
-      if (ch)
+      if (ch && wanted(*ch, false))
         writePeerProgress(w, ch->peer().rank, worldRanks()[size_t(ch->peer().rank)], ch->kind(),
                           const_cast<Channel&>(*ch).progress(), nowMono);
     w.endArray();
@@ -84,9 +93,13 @@ void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
   }
   w.key("links").beginArray();
   for (const auto& ch : channels_)
-    if (ch)
-      writeLinkCounters(w, ch->peer().rank, worldRanks()[size_t(ch->peer().rank)], ch->kind(),
-                        const_cast<Channel&>(*ch).counters(), ch->localAddress(), ch->remoteAddress());
+    if (ch && wanted(*ch, true)) {
+      auto& c = const_cast<Channel&>(*ch);
+      c.sampleHealth();  // the kernel's state as of this dump: what tells the silent direction
+      writeLinkCounters(w, ch->peer().rank, worldRanks()[size_t(ch->peer().rank)], ch->kind(), c.counters(),
+                        ch->localAddress(), ch->remoteAddress(), c.reconnects().load(std::memory_order_relaxed),
+                        &c.health());
+    }
   w.endArray();
   w.endObject();
 }

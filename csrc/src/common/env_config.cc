@@ -1,4 +1,5 @@
 #include "hetobs/common/env_config.h"
+#include "hetobs/common/net.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -223,13 +224,50 @@ const NumberSpec kNumberSettings[kNumberSettingCount] = {
     {"HETOBS_RECORDS", "2048", 1, true, 1ll << 30},
     {"HETOBS_HANG_TIMEOUT", "300", 0.1, false, 0},
     {"HETOBS_SMALL_BYTES", "65536", 0, true, 1ll << 62},
+    {"HETOBS_SHM_SINGLE_COPY_BYTES", "131072", 0, true, 1ll << 62},
     {"HETOBS_BW_LOG_INTERVAL", "15", 0.1, false, 0},
     {"HETOBS_OTEL_SAMPLE", "0.01", 0.0, false, 0},
     // Read by Python (hetobs.comm hands them to Communicator.relay); kept here so both
     // parsers refuse the same values.
     {"HETOBS_RELAY_CHUNK_BYTES", "4194304", 1, true, 1ll << 30},
     {"HETOBS_RELAY_SLOTS", "16", 1, true, 1024},
+    {"HETOBS_CONNECT_RETRIES", "100", 1, true, 1000000},
+    {"HETOBS_RECONNECT_TIMEOUT", "30", 0.0, false, 0},
 };
+
+// Read where a connection is made (any entry point, Python or not); hetobs/config.py has
+// refused a bad value already when Python started the rank, so a bad one here falls back to
+// the default with a warning instead of failing a connect.
+NetSettings netSettings() {
+  static const NetSettings cached = [] {
+    NetSettings n;
+    try {
+      n.connect_retries = int(intSetting("HETOBS_CONNECT_RETRIES"));
+    } catch (const BadSetting& b) {
+      HETOBS_WARN("%s; using %d", b.message.c_str(), n.connect_retries);
+    }
+    try {
+      n.reconnect_timeout = numberSetting("HETOBS_RECONNECT_TIMEOUT");
+    } catch (const BadSetting& b) {
+      HETOBS_WARN("%s; using %g", b.message.c_str(), n.reconnect_timeout);
+    }
+    return n;
+  }();
+  return cached;
+}
+
+uint64_t shmSingleCopyBytes() {
+  static const uint64_t cached = [] {
+    uint64_t v = 131072;
+    try {
+      v = uint64_t(intSetting("HETOBS_SHM_SINGLE_COPY_BYTES"));
+    } catch (const BadSetting& b) {
+      HETOBS_WARN("%s; using %llu", b.message.c_str(), (unsigned long long)v);
+    }
+    return v;
+  }();
+  return cached;
+}
 
 bool validJobId(const std::string& id) {
   return !id.empty() && id.find('/') == std::string::npos && id != "." && id != ".." && id.size() <= 128;
@@ -241,6 +279,10 @@ std::string generateJobId() {
   std::string s;
   for (uint8_t x : b) s += strFormat("%02x", x);
   return s;
+}
+
+std::string listenAddressFromEnv() {
+  return listenAddressFor(strip(env("HETOBS_SOCKET_IFNAME", "")), strip(env("MASTER_ADDR", "")));
 }
 
 bool launchJobId(std::string* id) {
@@ -292,6 +334,8 @@ bool readEnvSettings(EnvSettings* out, std::string* error) {
     s.bw_log = choiceSetting("HETOBS_BW_LOG", "off", {"off", "verbose", "agg"});
     s.bw_log_interval = numberSetting("HETOBS_BW_LOG_INTERVAL");
     s.bw_log_file = env("HETOBS_BW_LOG_FILE", "");
+    intSetting("HETOBS_CONNECT_RETRIES");  // validated here for entry points without Python
+    numberSetting("HETOBS_RECONNECT_TIMEOUT");
     *out = std::move(s);
     return true;
   } catch (const BadSetting& b) {

@@ -1,6 +1,8 @@
 #include "hetobs/common/net.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -12,8 +14,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "hetobs/common/clock.h"
+#include "hetobs/common/connect_retry.h"
 #include "hetobs/common/error.h"
 
 namespace hetobs {
@@ -76,35 +80,7 @@ int listenTcp(const std::string& bindHost, int port, SockAddr* bound, int backlo
   return fd;
 }
 
-int connectTcp(const SockAddr& addr, int64_t deadlineNs) {
-  sockaddr_in sa = resolve(addr);
-  int64_t backoffMs = 10;
-  for (;;) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) throw Error("socket: " + errnoString(errno));
-    int rc = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-    int err = rc == 0 ? 0 : errno;
-    if (err == EINPROGRESS) {
-      if (waitFd(fd, POLLOUT, deadlineNs) > 0) {
-        socklen_t l = sizeof err;
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l);
-      } else {
-        err = ETIMEDOUT;
-      }
-    }
-    if (err == 0) {
-      setNonBlocking(fd, false);
-      setNoDelay(fd);
-      return fd;
-    }
-    close(fd);
-    if (monoNs() + backoffMs * 1000000 >= deadlineNs)
-      throw Error(strFormat("cannot connect to %s: %s (gave up at the connect deadline)", addr.str().c_str(),
-                            errnoString(err).c_str()));
-    usleep(useconds_t(backoffMs * 1000));  // retry back-off: the peer may not listen yet
-    backoffMs = backoffMs * 2 > 500 ? 500 : backoffMs * 2;
-  }
-}
+int connectTcp(const SockAddr& addr, int64_t deadlineNs) { return connectWithRetries(ConnectTarget{addr}, deadlineNs); }
 
 std::string localAddressToward(const SockAddr& remote) {
   sockaddr_in sa = resolve(remote);
@@ -196,6 +172,89 @@ std::string peerAddressOf(int fd) {
   char buf[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &sa.sin_addr, buf, sizeof buf);
   return std::string(buf) + ":" + std::to_string(ntohs(sa.sin_port));
+}
+
+namespace {
+
+struct IfAddr {
+  std::string name, ip;
+  bool loopback;
+};
+
+std::vector<IfAddr> ipv4Interfaces() {
+  std::vector<IfAddr> out;
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) throw Error("getifaddrs: " + errnoString(errno));
+  for (ifaddrs* a = all; a; a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP)) continue;
+    char buf[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
+    out.push_back(IfAddr{a->ifa_name, buf, (a->ifa_flags & IFF_LOOPBACK) != 0});
+  }
+  freeifaddrs(all);
+  return out;
+}
+
+bool matchesAny(const std::string& name, const std::vector<std::string>& specs, bool exact) {
+  for (const std::string& s : specs)
+    if (exact ? name == s : name.compare(0, s.size(), s) == 0) return true;
+  return false;
+}
+
+bool isLocalAddress(const std::string& ip) {
+  for (const IfAddr& a : ipv4Interfaces())
+    if (a.ip == ip) return true;
+  return false;
+}
+
+}  // namespace
+
+std::string interfaceAddress(const std::string& spec) {
+  // NCCL_SOCKET_IFNAME's grammar: comma-separated prefixes; '=' first: exact names; '^' first:
+  // any interface but those (loopback too, unless it was named).
+  std::string rest = spec;
+  bool exclude = !rest.empty() && rest[0] == '^';
+  if (exclude) rest.erase(0, 1);
+  bool exact = !rest.empty() && rest[0] == '=';
+  if (exact) rest.erase(0, 1);
+  std::vector<std::string> names;
+  for (size_t pos = 0; pos <= rest.size();) {
+    size_t comma = rest.find(',', pos);
+    if (comma == std::string::npos) comma = rest.size();
+    if (comma > pos) names.push_back(rest.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  if (names.empty()) throw Error("HETOBS_SOCKET_IFNAME='" + spec + "': names no interface");
+  std::vector<IfAddr> all = ipv4Interfaces();
+  for (const IfAddr& a : all) {
+    bool hit = matchesAny(a.name, names, exact);
+    if (exclude ? (!hit && !a.loopback) : hit) return a.ip;
+  }
+  std::string have;
+  for (const IfAddr& a : all) have += (have.empty() ? "" : ", ") + a.name + " " + a.ip;
+  throw Error("HETOBS_SOCKET_IFNAME='" + spec + "': no IPv4 interface that is up matches (this host has: " +
+              (have.empty() ? std::string("none") : have) + ")");
+}
+
+std::string listenAddressFor(const std::string& ifnameSpec, const std::string& towardHost) {
+  if (!ifnameSpec.empty()) return interfaceAddress(ifnameSpec);
+  if (!towardHost.empty()) return localAddressToward(SockAddr{towardHost, 9});  // a route look-up: nothing is sent
+  return "0.0.0.0";
+}
+
+std::string rendezvousListenAddress(const std::string& masterHost) {
+  // Others reach the rendezvous at MASTER_ADDR: bind that when it is one of ours (behind a NAT
+  // or a proxy it is not, and only the wildcard can take its connections).
+  std::string ip;
+  try {
+    char buf[INET_ADDRSTRLEN];
+    sockaddr_in sa = resolve(SockAddr{masterHost, 0});
+    inet_ntop(AF_INET, &sa.sin_addr, buf, sizeof buf);
+    ip = buf;
+  } catch (const Error&) {
+    return "0.0.0.0";
+  }
+  return isLocalAddress(ip) ? ip : "0.0.0.0";
 }
 
 }  // namespace hetobs

@@ -112,12 +112,32 @@ std::string Runtime::collectStacks(std::string* status) {
   return text;
 }
 
-std::string Runtime::dump(const DumpRequest& req) {
+std::string Runtime::dump(const DumpRequest& asked) {
   try {
+    DumpRequest req = asked;
+    takeJoin(&req);
+    if (req.ask_peers && req.origin < 0) {  // started here: this rank heads the whole world
+      req.origin = cfg_.rank;
+      req.interval = SpreadInterval{0, cfg_.world_size};
+    }
+    // Hand the spread on before anything else (its heads dump in parallel with us), and
+    // also when this rank dumped the incident already: a lower origin's spread must go on.
+    PeerAnswers answers;
+    if (req.ask_peers && claimSpread(req)) answers = askPeers(req);
+    // The coordinators this rank asked to start the spread were asked first.
+    answers.asked.insert(answers.asked.begin(), req.start_asks.asked.begin(), req.start_asks.asked.end());
+    answers.answered.insert(answers.answered.begin(), req.start_asks.answered.begin(), req.start_asks.answered.end());
+    answers.unanswered.insert(answers.unanswered.begin(), req.start_asks.unanswered.begin(),
+                              req.start_asks.unanswered.end());
     bool replace = false;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      if (!dumped_.emplace(req.incident, DumpState::kWriting).second) {
+      bool fresh = dumped_.emplace(req.incident, DumpState::kWriting).second;
+      if (fresh) {
+        dumpedOrder_.push_back(req.incident);
+        forgetOldIncidents();
+      }
+      if (!fresh) {
         waitForDump(lk, req.incident, kDumpWaitNs);
         // Two survivors of one failure ask each other: whichever asks first makes the other
         // dump "peer_request"; the other's own error then replaces that dump.
@@ -137,14 +157,12 @@ std::string Runtime::dump(const DumpRequest& req) {
         rt->dumpedCv_.notify_all();
       }
     } done{this, req};
-    PeerAnswers answers;
-    if (req.ask_peers) answers = askPeers(req.incident, "peer_request", req.cause);
     std::lock_guard<std::mutex> g(dumpMu_);
     int64_t nowMono = monoNs();
     int64_t nowWall = wallNs();
     JsonWriter w;
     w.beginObject();
-    w.field("schema", "hetobs.dump").field("version", "1.1");
+    w.field("schema", "hetobs.dump").field("version", "2.0");
     w.field("job", cfg_.job).field("incident", req.incident).field("rank", cfg_.rank);
     w.field("world_size", cfg_.world_size).field("host", host_).field("pid", int(getpid()));
     w.field("process_start_time", stats_->header()->process_start_ticks);
@@ -152,6 +170,8 @@ std::string Runtime::dump(const DumpRequest& req) {
     if (req.requested_by >= 0) w.field("requested_by", req.requested_by);
     else w.nullField("requested_by");
     w.field("time_ns", nowWall);
+    if (req.hang_detected_ns > 0) w.field("hang_detected_ns", req.hang_detected_ns);
+    else w.nullField("hang_detected_ns");
     w.field("heartbeat_ns", stats_->header()->heartbeat_ns.load());
     w.field("last_progress_ns", stats_->header()->last_progress_ns.load());
     w.field("hang_timeout_s", cfg_.hang_timeout_s);
@@ -160,6 +180,19 @@ std::string Runtime::dump(const DumpRequest& req) {
     writeRanks(w, "answered", answers.answered);
     writeRanks(w, "unanswered", answers.unanswered);
     w.endObject();
+    if (req.origin >= 0) {  // the job-wide spread this dump belongs to (docs/dump-schema.md)
+      w.key("spread").beginObject();
+      w.field("origin", req.origin);
+      if (req.requested_by >= 0) w.field("from", req.requested_by);
+      else w.nullField("from");
+      w.key("interval").beginArray().value(req.interval.lo).value(req.interval.hi).endArray();
+      if (req.requested_by >= 0) w.field("asked_ns", req.asked_ns).field("received_ns", req.received_ns);
+      else w.nullField("asked_ns").nullField("received_ns");
+      w.field("requests_sent", int64_t(answers.asked.size()));
+      w.endObject();
+    } else {
+      w.nullField("spread");
+    }
     w.key("comms").beginArray();
     for (auto& c : comms()) c->writeState(w, nowMono);
     w.endArray();
@@ -177,7 +210,7 @@ std::string Runtime::dump(const DumpRequest& req) {
     HETOBS_INFO("dumped %s (%s)", path.c_str(), req.reason.c_str());
     return path;
   } catch (const std::exception& e) {
-    HETOBS_WARN("could not write the dump for incident %s: %s", req.incident.c_str(), e.what());
+    HETOBS_WARN("could not write the dump for incident %s: %s", asked.incident.c_str(), e.what());
     return "";
   }
 }

@@ -194,8 +194,7 @@ void ExternalComm::writeMetadata(JsonWriter& w) const {
   w.field("comm_id", id_).field("size", size()).field("rank", rank_).field("backend", backendName(backend_));
   w.field("name", name_);
   if (island_[0]) w.field("island", island_);  // so a rank that leaves no dump still has its island
-  writeRankList(w, "global_ranks", global_);
-  writeRankList(w, "ring", global_);
+  writeMembership(w, id_, global_, global_, true);
   w.key("transports").beginObject().endObject();
   w.endObject();
 }
@@ -207,8 +206,7 @@ void ExternalComm::writeState(JsonWriter& w, int64_t nowMono) const {
   w.beginObject();
   w.field("comm_id", id_).field("size", size()).field("rank", rank_).field("backend", backendName(backend_));
   w.field("name", name_);
-  writeRankList(w, "global_ranks", global_);
-  writeRankList(w, "ring", global_);
+  writeMembership(w, id_, global_, global_, false);
   if (island_[0]) w.field("island", island_);
   w.field("last_coll_seq", collSeq_.load()).field("last_p2p_seq", p2pSeq_.load());
   w.field("failed", cstats_ && __atomic_load_n(&cstats_->failed, __ATOMIC_RELAXED) != 0).nullField("cause");

@@ -8,6 +8,7 @@
 #include <cerrno>
 
 #include "hetobs/common/error.h"
+#include "hetobs/common/log.h"
 
 namespace hetobs {
 namespace {
@@ -24,7 +25,26 @@ void mkdirs(const std::string& path) {
   }
 }
 
+std::string modeString(mode_t m) { return strFormat("%04o", unsigned(m & 07777)); }
+
 }  // namespace
+
+std::string unsafeDirReason(const std::string& path, bool shared) {
+  struct stat st {};
+  // The root is the user's choice (a link to shared storage is fine); below it nothing is followed.
+  if ((shared ? stat(path.c_str(), &st) : lstat(path.c_str(), &st)) != 0) return "cannot be read: " + errnoString(errno);
+  if (S_ISLNK(st.st_mode)) return "is a symbolic link";
+  if (!S_ISDIR(st.st_mode)) return "is not a directory";
+  uid_t me = geteuid();
+  // A shared root may belong to root and be writable by all when sticky (like /tmp): then no
+  // other user can rename or replace what we make inside it.
+  bool sticky = shared && (st.st_mode & S_ISVTX);
+  if (st.st_uid != me && !(shared && st.st_uid == 0))
+    return strFormat("is owned by uid %u, not by this user (uid %u)", unsigned(st.st_uid), unsigned(me));
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !sticky)
+    return "is writable by group or others (mode " + modeString(st.st_mode) + ")";
+  return "";
+}
 
 JobDir::JobDir(std::string root, std::string job) : root_(std::move(root)), job_(std::move(job)) {
   path_ = root_ + "/" + job_;
@@ -36,18 +56,54 @@ std::string JobDir::dumpFile(const std::string& incident, int rank) const {
   return incidentDir(incident) + "/rank-" + std::to_string(rank) + ".json";
 }
 
+void JobDir::refuseUnlessSafe(const std::string& dir, bool shared) const {
+  std::string why = unsafeDirReason(dir, shared);
+  if (why.empty()) return;
+  refused_.store(true);
+  throw Error("directory " + dir + " " + why + ": hetobs writes nothing there (no rank files or dumps; the job " +
+              "runs on). Remove it, or point HETOBS_DIR at a directory of your own");
+}
+
+std::string JobDir::commFile(uint64_t commId, const std::string& hash) const {
+  return path_ + "/comms/comm-" + std::to_string(commId) + "-" + hash + ".json";
+}
+
+void JobDir::writeCommFile(uint64_t commId, const std::string& hash, const std::string& json) const {
+  if (refused_.load()) return;
+  ensure();
+  const std::string dir = path_ + "/comms";
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    throw Error("cannot create directory " + dir + ": " + errnoString(errno));
+  refuseUnlessSafe(dir, false);
+  atomicWrite(commFile(commId, hash), json, false);
+}
+
 void JobDir::ensure() const {
-  mkdirs(path_ + "/ranks");
-  mkdirs(path_ + "/incidents");
+  if (refused_.load()) throw Error("job directory " + path_ + " was refused");
+  // Another local user may have made any of these first (or a link in their place): their
+  // planted incidents would drive our diagnosis, and they could read or swap our files. Each
+  // is checked before anything is made inside it.
+  mkdirs(root_);
+  refuseUnlessSafe(root_, true);
+  for (const std::string& d : {path_, path_ + "/ranks", path_ + "/incidents"}) {
+    if (mkdir(d.c_str(), 0700) != 0 && errno != EEXIST)
+      throw Error("cannot create directory " + d + ": " + errnoString(errno));
+    refuseUnlessSafe(d, false);
+  }
 }
 
 void JobDir::writeRankMetadata(int rank, const std::string& json) const {
+  if (refused_.load()) return;  // said once, when it was refused
   ensure();
   atomicWrite(rankFile(rank), json, false);
 }
 
 bool JobDir::writeDump(const std::string& incident, int rank, const std::string& json, bool replace) const {
-  mkdirs(incidentDir(incident));
+  if (refused_.load()) return false;
+  ensure();
+  if (mkdir(incidentDir(incident).c_str(), 0700) != 0 && errno != EEXIST)
+    throw Error("cannot create directory " + incidentDir(incident) + ": " + errnoString(errno));
+  refuseUnlessSafe(incidentDir(incident), false);
   return atomicWrite(dumpFile(incident, rank), json, !replace);
 }
 

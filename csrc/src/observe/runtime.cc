@@ -3,9 +3,13 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 
 #include "hetobs/observe/exit_signal.h"
 #include "hetobs/observe/observed.h"
@@ -53,6 +57,27 @@ void onProcessExit(int status, void*) {
   }
 }
 
+// A communicator holds a socket per peer it talks to, and the side channel more while a
+// dump spreads: the default soft limit (1,024) breaks jobs near 1,000 ranks. Raise it to
+// the hard limit; say once when even that looks too low for this world.
+void raiseFileLimit(int worldSize) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlim_t old = lim.rlim_cur;
+    lim.rlim_cur = lim.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) {
+      HETOBS_WARN("cannot raise the open-file limit from %llu to its hard limit %llu: %s", (unsigned long long)old,
+                  (unsigned long long)lim.rlim_max, errnoString(errno).c_str());
+      lim.rlim_cur = old;
+    }
+  }
+  rlim_t want = rlim_t(worldSize) * 2 + 256;  // a socket per peer on the world, plus room
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < want)
+    HETOBS_WARN("open-file limit %llu is low for %d ranks (want >= %llu): raise the hard limit (ulimit -Hn)",
+                (unsigned long long)lim.rlim_cur, worldSize, (unsigned long long)want);
+}
+
 }  // namespace
 
 Runtime* Runtime::get() { return gRuntime.load(std::memory_order_acquire); }
@@ -68,6 +93,7 @@ Runtime& Runtime::init(const RuntimeConfig& cfg) {
 
 Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg), jobDir_(cfg.dir, cfg.job) {
   startWallNs_ = wallNs();
+  raiseFileLimit(cfg.world_size);
   host_ = localHostname();
   stats::SegmentConfig sc;
   sc.job = cfg.job;
@@ -82,7 +108,8 @@ Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg), jobDir_(cfg.dir, cfg.job
   try {
     jobDir_.ensure();
   } catch (const Error& e) {
-    HETOBS_WARN("job directory unusable, dumps will fail: %s", e.what());
+    if (jobDir_.usable()) HETOBS_WARN("job directory unusable, dumps will fail: %s", e.what());
+    else HETOBS_WARN("%s", e.what());  // once: later writes are skipped without a word
   }
   try {
     bwLog_ = std::make_unique<BwLog>(parseBwLogMode(cfg.bw_log), cfg.bw_log_interval_s, cfg.bw_log_file, cfg.rank,
@@ -169,7 +196,7 @@ void Runtime::writeMetadata() {
   }
   const Card* me = size_t(cfg_.rank) < world.size() ? &world[size_t(cfg_.rank)] : nullptr;
   w.beginObject();
-  w.field("schema", "hetobs.rank").field("version", "1.0");
+  w.field("schema", "hetobs.rank").field("version", "2.0");
   w.field("job", cfg_.job).field("rank", cfg_.rank).field("world_size", cfg_.world_size);
   w.field("host", host_).field("host_key", localHostKey()).field("pid", int(getpid()));
   w.field("process_start_time", stats_->header()->process_start_ticks);
@@ -197,12 +224,6 @@ void Runtime::writeMetadata() {
     commsJson_ = commsJson;
   }
   w.key("comms").raw(commsJson);
-  w.key("peers").beginArray();  // every world rank's side channel, for `hetobs dump` and peers
-  for (const Card& c : world) {
-    w.beginObject().field("rank", c.rank).field("host", c.hostname).field("ip", c.ip).field("port", c.port);
-    w.field("pid", c.pid).endObject();
-  }
-  w.endArray();
   bool exited = exited_.load();
   std::string head = exited ? std::string() : w.str();  // what a death by signal would leave (exit_signal.h)
   w.field("exited_cleanly", exited && cleanExit_.load());
@@ -217,12 +238,24 @@ void Runtime::writeMetadata() {
   } catch (const Error& e) {
     HETOBS_WARN("cannot write rank metadata: %s", e.what());
   }
-  if (!exited)
+  if (!exited && jobDir_.usable())
     publishSignalRecord(jobDir_.rankFile(cfg_.rank), head + ",\"exited_cleanly\":false,\"exit_time_ns\":",
                         ",\"exit_status\":{\"signal\":", "}}");
 }
 
 void Runtime::markExit(bool clean) {
+  // A hang seen here whose spread has not reached us yet: write what this rank saw now
+  // (the coordinator's spread covers the others), or it would be lost with the process.
+  std::vector<DumpRequest> unreached;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [incident, join] : joins_) unreached.push_back(join.req);
+    joins_.clear();
+  }
+  for (DumpRequest& req : unreached) {
+    req.ask_peers = false;
+    dump(req);
+  }
   {
     // Let dumps being written finish: they are the evidence this exit may need.
     std::unique_lock<std::mutex> lk(mu_);
@@ -255,6 +288,19 @@ void Runtime::noteExitStatus(int code) {
   writeMetadata();
 }
 
+void Runtime::forgetOldIncidents() {
+  while (dumpedOrder_.size() > kIncidentsKept) {
+    auto it = dumped_.find(dumpedOrder_.front());
+    if (it != dumped_.end() && it->second == DumpState::kWriting) break;  // someone waits on it
+    if (it != dumped_.end()) dumped_.erase(it);
+    dumpedOrder_.pop_front();
+  }
+  while (hangsOrder_.size() > kIncidentsKept) {
+    hangsReported_.erase(hangsOrder_.front());
+    hangsOrder_.pop_front();
+  }
+}
+
 std::string Runtime::newIncidentId(const char* kind) const {
   uint8_t r[2];
   randomBytes(r, sizeof r);
@@ -272,35 +318,108 @@ void Runtime::enqueue(DumpRequest req) {
   (void)rc;
 }
 
+namespace {
+
+// Lines of a control request after its verb: `count` fields, then the rest (the cause).
+bool splitRequest(const std::string& request, size_t start, int count, std::vector<std::string>* parts,
+                  std::string* rest) {
+  for (int i = 0; i < count; ++i) {
+    size_t nl = request.find('\n', start);
+    if (nl == std::string::npos) return false;
+    parts->push_back(request.substr(start, nl - start));
+    start = nl + 1;
+  }
+  *rest = request.substr(start);
+  return true;
+}
+
+// An incident id names a directory under incidents/: one path component, not hidden.
+bool validIncidentId(const std::string& id) {
+  return !id.empty() && id.find('/') == std::string::npos && id[0] != '.' && id.size() <= 128;
+}
+
+bool parseInt(const std::string& s, long long lo, long long hi, long long* out) {
+  if (s.empty() || s.size() > 20) return false;
+  char* end = nullptr;
+  errno = 0;
+  long long v = strtoll(s.c_str(), &end, 10);
+  if (errno || *end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
 std::string Runtime::handleControl(const std::string& request) {
-  // "dump\n<incident>\n<reason>\n<from rank>\n<cause>" or "ping".
+  // "dump\n<incident>\n<reason>\n<from rank>\n<cause>" (this rank only), or
+  // "spread\n<incident>\n<reason>\n<from>\n<origin>\n<lo>\n<hi>\n<asked_ns>\n<cause>" (this rank
+  // heads [lo, hi) of origin's spread, dump_tree.h), or
+  // "start\n<incident>\n<reason>\n<from>\n<asked_ns>\n<cause>" (start the incident's one
+  // spread from this rank, spread_join.cc), or "ping".
   if (request == "ping") return strFormat("pong %d %d", cfg_.rank, int(getpid()));
-  if (request.compare(0, 5, "dump\n") == 0) {
+  if (request.compare(0, 6, "start\n") == 0) {
     std::vector<std::string> parts;
-    size_t start = 5;
-    for (int i = 0; i < 3; ++i) {
-      size_t nl = request.find('\n', start);
-      if (nl == std::string::npos) return "error malformed dump request";
-      parts.push_back(request.substr(start, nl - start));
-      start = nl + 1;
-    }
     DumpRequest req;
+    if (!splitRequest(request, 6, 4, &parts, &req.cause)) return "error malformed start request";
     req.incident = parts[0];
     req.reason = parts[1];
-    try {
-      req.requested_by = std::stoi(parts[2]);
-    } catch (const std::exception&) {
-      req.requested_by = -1;
-    }
-    req.cause = request.substr(start);
-    if (req.incident.empty() || req.incident.find('/') != std::string::npos || req.incident[0] == '.' ||
-        req.incident.size() > 128)
-      return "error bad incident id";
+    long long from, asked;
+    if (!parseInt(parts[2], 0, cfg_.world_size - 1, &from)) return "error bad requesting rank";
+    if (!parseInt(parts[3], 0, INT64_MAX, &asked)) return "error bad asked_ns";
+    if (!validIncidentId(req.incident)) return "error bad incident id";
+    if (req.reason != "peer_request") return "error bad reason";
+    req.requested_by = int(from);
+    req.asked_ns = asked;
+    req.received_ns = wallNs();
+    req.ask_peers = true;  // origin -1: this rank heads the whole world (dump.cc); once per incident
+    enqueue(req);
+    return strFormat("ok %d", cfg_.rank);
+  }
+  bool spread = request.compare(0, 7, "spread\n") == 0;
+  if (spread || request.compare(0, 5, "dump\n") == 0) {
+    std::vector<std::string> parts;
+    DumpRequest req;
+    if (!splitRequest(request, spread ? 7 : 5, spread ? 7 : 3, &parts, &req.cause))
+      return "error malformed dump request";
+    req.incident = parts[0];
+    req.reason = parts[1];
+    long long from = -1;  // -1: not a rank (hetobs dump --job, a tool)
+    if (!parseInt(parts[2], -1, cfg_.world_size - 1, &from)) return "error bad requesting rank";
+    req.requested_by = int(from);
+    if (!validIncidentId(req.incident)) return "error bad incident id";
     if (req.reason != "peer_request" && req.reason != "on_demand") return "error bad reason";
+    req.received_ns = wallNs();
+    if (spread) {
+      const int n = cfg_.world_size;
+      long long origin, lo, hi, asked;
+      if (!parseInt(parts[3], 0, n - 1, &origin) || !parseInt(parts[4], 0, n - 1, &lo) ||
+          !parseInt(parts[5], lo + 1, n, &hi) || !parseInt(parts[6], 0, INT64_MAX, &asked))
+        return "error bad spread fields (origin, lo, hi, asked_ns)";
+      if (spreadRank(int(origin), int(lo), n) != cfg_.rank)
+        return strFormat("error spread position %lld of origin %lld is not rank %d", lo, origin, cfg_.rank);
+      req.origin = int(origin);
+      req.interval = SpreadInterval{int(lo), int(hi)};
+      req.asked_ns = asked;
+      req.ask_peers = true;
+    }
     enqueue(req);
     return strFormat("ok %d", cfg_.rank);
   }
   return "error unknown request";
+}
+
+bool Runtime::claimSpread(const DumpRequest& req) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = spreadOrigin_.find(req.incident);
+  if (it == spreadOrigin_.end()) {
+    spreadOrigin_.emplace(req.incident, req.origin);
+    return true;
+  }
+  if (req.requested_by >= 0 && req.origin < it->second) {
+    it->second = req.origin;
+    return true;
+  }
+  return false;
 }
 
 }  // namespace hetobs

@@ -12,25 +12,30 @@
 #include <cstring>
 #include <thread>
 
+#include "hetobs/observe/dump_tree.h"
+
 #include "hetobs/bootstrap/handshake.h"
+#include "hetobs/bootstrap/handshake_pool.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/hmac.h"
 #include "hetobs/common/log.h"
+#include "hetobs/common/connect_retry.h"
 #include "hetobs/common/net.h"
 #include "hetobs/observe/runtime.h"
+#include "hetobs/observe/job_dir.h"
 
 namespace hetobs {
 namespace {
 constexpr double kAskTimeoutS = 1.0;
-constexpr size_t kAskBatch = 64;
 constexpr size_t kMaxRequest = 16384;
+constexpr int kUnixRequestMs = 2000;
 }  // namespace
 
 std::string sideChannelRequest(const std::string& ip, int port, const std::string& job, const std::string& secret,
                                const std::string& request, double timeoutS) {
   int64_t deadline = deadlineAfter(monoNs(), timeoutS);
-  int fd = connectTcp(SockAddr{ip, port}, deadline);
+  int fd = connectWithRetries(ConnectTarget{SockAddr{ip, port}, -1, "a side channel"}, deadline);
   try {
     Credentials cred{job, secret.empty() ? job : secret};
     Hello h;
@@ -46,37 +51,43 @@ std::string sideChannelRequest(const std::string& ip, int port, const std::strin
   }
 }
 
-PeerAnswers Runtime::askPeers(const std::string& incident, const std::string& reason, const std::string& cause) {
+PeerAnswers Runtime::askPeers(const DumpRequest& req) {
   std::vector<Card> world;
   {
     std::lock_guard<std::mutex> g(mu_);
     world = world_;
   }
   PeerAnswers out;
-  std::string request = "dump\n" + incident + "\n" + reason + "\n" + std::to_string(cfg_.rank) + "\n" + cause;
-  std::vector<const Card*> peers;
-  for (const Card& c : world)
-    if (c.rank != cfg_.rank) peers.push_back(&c);
-  std::vector<char> ok(peers.size(), 0);
-  for (size_t b = 0; b < peers.size(); b += kAskBatch) {
-    std::vector<std::thread> threads;
-    for (size_t i = b; i < std::min(peers.size(), b + kAskBatch); ++i) {
-      threads.emplace_back([&, i] {
-        try {
-          std::string reply = sideChannelRequest(peers[i]->ip, peers[i]->port, cfg_.job, cfg_.secret, request,
-                                                 kAskTimeoutS);
-          ok[i] = reply.compare(0, 2, "ok") == 0;
-        } catch (const std::exception&) {
-          ok[i] = 0;
-        }
-      });
+  const int n = int(world.size());
+  if (n <= 1 || req.origin < 0 || req.origin >= n) return out;
+  // Coordinators that just left this rank's start request unanswered (spread_join.cc) are
+  // not asked again: their chunks are taken over at once instead of after another timeout.
+  // Ranks known gone are not asked either, but stay listed unanswered (that is what they are).
+  auto in = [](const std::vector<int>& ranks) {
+    return [&ranks](int rank) { return std::find(ranks.begin(), ranks.end(), rank) != ranks.end(); };
+  };
+  auto isSilent = in(req.start_asks.unanswered);
+  auto isGone = in(req.known_gone);
+  SpreadOutcome o = spreadRequests(req.origin, n, req.interval, kSpreadFanout, [&](int rank, SpreadInterval chunk) {
+    if (isSilent(rank) || isGone(rank)) return false;
+    // "spread\n<incident>\n<reason>\n<from>\n<origin>\n<lo>\n<hi>\n<asked_ns>\n<cause>"
+    std::string request = strFormat("spread\n%s\npeer_request\n%d\n%d\n%d\n%d\n%lld\n", req.incident.c_str(),
+                                    cfg_.rank, req.origin, chunk.lo, chunk.hi, (long long)wallNs()) +
+                          req.cause;
+    const Card& c = world[size_t(rank)];
+    try {
+      std::string reply = sideChannelRequest(c.ip, c.port, cfg_.job, cfg_.secret, request, kAskTimeoutS);
+      return reply.compare(0, 2, "ok") == 0;
+    } catch (const std::exception& e) {
+      HETOBS_DEBUG("incident %s: rank %d did not take the dump request: %s", req.incident.c_str(), rank, e.what());
+      return false;
     }
-    for (auto& t : threads) t.join();
-  }
-  for (size_t i = 0; i < peers.size(); ++i) {
-    out.asked.push_back(peers[i]->rank);
-    (ok[i] ? out.answered : out.unanswered).push_back(peers[i]->rank);
-  }
+  });
+  o.asked.erase(std::remove_if(o.asked.begin(), o.asked.end(), isSilent), o.asked.end());
+  o.unanswered.erase(std::remove_if(o.unanswered.begin(), o.unanswered.end(), isSilent), o.unanswered.end());
+  out.asked = std::move(o.asked);
+  out.answered = std::move(o.answered);
+  out.unanswered = std::move(o.unanswered);
   return out;
 }
 
@@ -85,6 +96,11 @@ void Runtime::startUnixSocket() {
   std::string dir = "/tmp/hetobs-" + std::to_string(getuid());
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     HETOBS_WARN("no per-rank control socket: cannot create %s: %s", dir.c_str(), errnoString(errno).c_str());
+    return;
+  }
+  // Made by another user first, it could hold a socket of theirs in our name.
+  if (std::string why = unsafeDirReason(dir, false); !why.empty()) {
+    HETOBS_WARN("no per-rank control socket: directory %s %s (hetobs writes nothing there)", dir.c_str(), why.c_str());
     return;
   }
   Digest d = sha256(cfg_.job.data(), cfg_.job.size());
@@ -96,6 +112,16 @@ void Runtime::startUnixSocket() {
   memcpy(sa.sun_path, path.c_str(), path.size() + 1);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return;
+  // A predecessor with this job id and rank: its socket is stale once nobody listens on it.
+  if (int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0); probe >= 0) {
+    bool live = connect(probe, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+    close(probe);
+    if (live) {
+      HETOBS_WARN("no per-rank control socket: %s is a live process's (same job id and rank)", path.c_str());
+      close(fd);
+      return;
+    }
+  }
   unlink(path.c_str());
   mode_t old = umask(0177);  // the socket file is created 0600
   int rc = bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
@@ -108,6 +134,7 @@ void Runtime::startUnixSocket() {
   chmod(path.c_str(), 0600);
   unixFd_ = fd;
   unixPath_ = path;
+  unixPool_ = new HandshakePool();
   unixThread_ = std::thread([this] { unixLoop(); });
   unixThread_.detach();
 }
@@ -122,28 +149,42 @@ void Runtime::unixLoop() {
       if (errno == EINTR) continue;
       return;
     }
-    // One line: "dump" (optionally "dump <cause>"). Reply: "ok <incident>" once written.
-    char buf[512];
-    ssize_t n = recv(c, buf, sizeof buf - 1, 0);
-    std::string line = n > 0 ? std::string(buf, size_t(n)) : "";
-    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-    std::string reply;
-    if (line.compare(0, 4, "dump") == 0) {
-      DumpRequest req;
-      req.incident = newIncidentId("ondemand");
-      req.reason = "on_demand";
-      req.cause = line.size() > 5 ? line.substr(5) : "requested on the control socket";
-      std::string path = dump(req);
-      reply = path.empty() ? "error dump failed\n" : "ok " + req.incident + " " + path + "\n";
-    } else if (line == "ping") {
-      reply = strFormat("pong %d %d\n", cfg_.rank, int(getpid()));
-    } else {
-      reply = "error unknown request (expected 'dump' or 'ping')\n";
-    }
-    ssize_t rc = send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
-    (void)rc;
-    close(c);
+    unixPool_->run(c, [this](int fd, const std::function<void()>& heard) {
+      serveUnixClient(fd, heard);
+      return false;
+    });
   }
+}
+
+void Runtime::serveUnixClient(int c, const std::function<void()>& heard) {
+  // One line: "dump" (optionally "dump <cause>"). Reply: "ok <incident>" once written.
+  // A client gets kUnixRequestMs to send it; one that says nothing is dropped.
+  pollfd p{c, POLLIN, 0};
+  if (poll(&p, 1, kUnixRequestMs) <= 0) {
+    HETOBS_DEBUG("control socket: a client sent no request within %d ms; dropped", kUnixRequestMs);
+    return;
+  }
+  char buf[512];
+  ssize_t n = recv(c, buf, sizeof buf - 1, MSG_DONTWAIT);
+  heard();
+  std::string line = n > 0 ? std::string(buf, size_t(n)) : "";
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  std::string reply;
+  if (line.compare(0, 4, "dump") == 0) {
+    DumpRequest req;
+    req.incident = newIncidentId("ondemand");
+    req.reason = "on_demand";
+    req.cause = line.size() > 5 ? line.substr(5) : "requested on the control socket";
+    std::string path = dump(req);
+    reply = path.empty() ? "error dump failed\n" : "ok " + req.incident + " " + path + "\n";
+  } else if (line == "ping") {
+    reply = strFormat("pong %d %d\n", cfg_.rank, int(getpid()));
+  } else {
+    reply = "error unknown request (expected 'dump' or 'ping')\n";
+  }
+  // A small reply fits the socket buffer; a client that never reads cannot block us.
+  ssize_t rc = send(c, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)rc;
 }
 
 }  // namespace hetobs

@@ -1,11 +1,91 @@
 #include "hetobs/observe/state_json.h"
 
+#include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <set>
+#include <utility>
 
 #include "hetobs/common/clock.h"
+#include "hetobs/common/error.h"
+#include "hetobs/common/hmac.h"
+#include "hetobs/common/log.h"
 #include "hetobs/common/wire.h"
+#include "hetobs/observe/runtime.h"
 
 namespace hetobs {
+namespace {
+
+std::string joinRanks(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(v[i]);
+  }
+  return s;
+}
+
+// The lowest member writes the communicator's file once per process; every member's
+// metadata write would otherwise rewrite it (a rank file is rewritten per new comm).
+void publishMembership(uint64_t commId, const std::string& hash, const std::vector<int>& members,
+                       const std::vector<int>& ring) {
+  Runtime* rt = Runtime::get();
+  if (!rt || members.empty() || rt->config().rank != *std::min_element(members.begin(), members.end())) return;
+  static std::mutex mu;
+  static std::set<std::pair<uint64_t, std::string>> published;
+  std::lock_guard<std::mutex> g(mu);
+  if (published.count({commId, hash})) return;
+  JsonWriter w;
+  w.beginObject();
+  w.field("schema", "hetobs.comm").field("version", "1.0");
+  w.field("job", rt->config().job).field("comm_id", commId).field("hash", hash);
+  w.field("size", int(members.size())).field("written_by", rt->config().rank);
+  writeRankList(w, "global_ranks", members);
+  writeRankList(w, "ring", ring);
+  w.endObject();
+  try {
+    rt->jobDir().writeCommFile(commId, hash, w.str());
+    published.insert({commId, hash});
+  } catch (const Error& e) {
+    HETOBS_WARN("cannot write the membership of comm %llu: %s", (unsigned long long)commId, e.what());
+  }
+}
+
+}  // namespace
+
+std::string membershipHash(const std::vector<int>& members, const std::vector<int>& ring) {
+  std::string text = "global_ranks=" + joinRanks(members) + ";ring=" + joinRanks(ring);
+  Digest d = sha256(text.data(), text.size());
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 8; ++i) {
+    out += kHex[d[size_t(i)] >> 4];
+    out += kHex[d[size_t(i)] & 15];
+  }
+  return out;
+}
+
+void writeMembership(JsonWriter& w, uint64_t commId, const std::vector<int>& members, const std::vector<int>& ring,
+                     bool publish) {
+  std::string hash = membershipHash(members, ring);
+  if (publish) publishMembership(commId, hash, members, ring);
+  w.key("membership").beginObject();
+  w.field("hash", hash).field("lowest_rank", members.empty() ? -1 : *std::min_element(members.begin(), members.end()));
+  w.endObject();
+}
+
+bool peerHasProgress(const PeerProgress& p) {
+  return p.send_posted.load() || p.send_sent.load() || p.send_acked.load() || p.send_done.load() ||
+         p.recv_posted.load() || p.recv_received.load() || p.recv_done.load();
+}
+
+bool linkCarriedData(const LinkCounters& k) {
+  return k.bytes_sent.load() || k.bytes_recv.load() || k.frames_sent.load() || k.frames_recv.load();
+}
+
+bool ringNeighbour(int commRank, int peer, int size) {
+  return size > 1 && (peer == (commRank + 1) % size || peer == (commRank + size - 1) % size);
+}
 
 void writeRankList(JsonWriter& w, const char* key, const std::vector<int>& ranks) {
   w.key(key).beginArray();
@@ -65,7 +145,8 @@ void writePeerProgress(JsonWriter& w, int peer, int globalPeer, const char* tran
 }
 
 void writeLinkCounters(JsonWriter& w, int peer, int globalPeer, const char* transport, const LinkCounters& k,
-                       const std::string& localAddress, const std::string& remoteAddress) {
+                       const std::string& localAddress, const std::string& remoteAddress, uint64_t reconnects,
+                       const LinkHealth* health) {
   w.beginObject();
   w.field("peer", peer).field("global_peer", globalPeer).field("transport", transport);
   w.field("local_address", localAddress).field("remote_address", remoteAddress);
@@ -73,6 +154,20 @@ void writeLinkCounters(JsonWriter& w, int peer, int globalPeer, const char* tran
   w.field("frames_sent", k.frames_sent.load()).field("frames_recv", k.frames_recv.load());
   w.field("busy_ns", k.busy_ns.load());
   writeWallTimeOrNull(w, "last_activity_ns", k.last_activity_ns.load());
+  w.field("reconnects", reconnects);
+  if (health && health->samples.load()) {
+    const LinkHealthSnapshot h = LinkHealthSnapshot::of(*health);
+    w.key("tcp").beginObject();
+    w.field("sampled_ns", h.sampled_ns).field("rtt_us", h.rtt_us).field("rttvar_us", h.rttvar_us);
+    w.field("retransmits_total", h.retransmits_total).field("retransmitting", h.retransmitting);
+    w.field("unacked", h.unacked).field("lost", h.lost).field("delivery_rate_bps", h.delivery_rate_bps);
+    w.field("bytes_acked", h.bytes_acked).field("bytes_received", h.bytes_received);
+    w.field("ms_since_data_sent", h.ms_since_data_sent).field("ms_since_data_recv", h.ms_since_data_recv);
+    w.field("ms_since_ack_recv", h.ms_since_ack_recv).field("rate_app_limited", h.rate_app_limited);
+    w.endObject();
+  } else {
+    w.nullField("tcp");
+  }
   w.endObject();
 }
 

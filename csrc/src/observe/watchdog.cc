@@ -50,8 +50,20 @@ void Runtime::watchdogLoop() {
     }
     for (auto& req : work) dump(req);
     checkHangs();
+    startOverdueJoins();
+    sampleLinkHealthWhenDue();
     if (bwLog_) bwLog_->poll(monoNs());
   }
+}
+
+// Live readers (exporter, `hetobs top`) see link health at most this old.
+constexpr int64_t kLinkHealthIntervalNs = 1000000000;
+
+void Runtime::sampleLinkHealthWhenDue() {
+  int64_t now = monoNs();
+  if (now - lastHealthSampleNs_ < kLinkHealthIntervalNs) return;
+  lastHealthSampleNs_ = now;
+  for (auto& comm : comms()) comm->sampleLinkHealth();
 }
 
 void Runtime::checkHangs() {
@@ -71,6 +83,8 @@ void Runtime::checkHangs() {
     {
       std::lock_guard<std::mutex> g(mu_);
       if (!hangsReported_.insert(incident).second) continue;  // this hang is already on record
+      hangsOrder_.push_back(incident);
+      forgetOldIncidents();
     }
     std::string what = strFormat("%s seq %llu on comm %llu: no progress for %.1f s (HETOBS_HANG_TIMEOUT=%g), waiting on %s",
                                  opName(OpKind(r.op)), (unsigned long long)(p2p ? r.p2p_seq : r.coll_seq),
@@ -83,7 +97,12 @@ void Runtime::checkHangs() {
     req.reason = "watchdog";
     req.cause = what;
     req.ask_peers = true;
-    dump(req);
+    req.hang_detected_ns = wallNs();
+    // A collective's hang is seen by many ranks at once: they join one spread. A p2p
+    // incident is this rank's alone; with abort_on_hang the dump must be written before
+    // the abort, not when a spread arrives.
+    if (!p2p && !cfg_.abort_on_hang) joinOrStartSpread(req);
+    else dump(req);
     if (cfg_.abort_on_hang) comm->requestAbort(what);
   }
 }

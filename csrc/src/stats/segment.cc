@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -64,20 +65,32 @@ std::unique_ptr<Segment> Segment::create(const SegmentConfig& cfg) {
   uint8_t* base = nullptr;
   bool shared = false;
   // Never truncate a segment a live process still owns (a second job with this job id and
-  // rank, or a second hetobs runtime in this process): keep ours private instead.
-  if (int old = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0); old >= 0) {
+  // rank, or a second hetobs runtime in this process): keep ours private instead. One of
+  // another user's (planted in the world-writable /dev/shm) is neither used nor touched. A
+  // dead predecessor's (same job id and rank) is removed: this rank replaces it.
+  if (int old = shm_open(name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0); old >= 0) {
     StatsHeader h{};
-    ssize_t got = pread(old, &h, sizeof h, 0);
+    struct stat st {};
+    bool ours = fstat(old, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
+    ssize_t got = ours ? pread(old, &h, sizeof h, 0) : 0;
     close(old);
     bool live = got == ssize_t(sizeof h) && memcmp(h.magic, kMagic, sizeof kMagic) == 0 && h.pid > 0 &&
                 processStartTicks(h.pid) == h.process_start_ticks && h.state.load() == 0;
-    if (live) {
+    if (!ours) {
+      HETOBS_WARN("stats segment /dev/shm%s belongs to uid %u, not to this user: this rank's live stats stay "
+                  "private (hetobs writes nothing there)", name.c_str(), unsigned(st.st_uid));
+      name.clear();
+    } else if (live) {
       HETOBS_WARN("stats segment /dev/shm%s belongs to live pid %d: this rank's live stats stay private",
                   name.c_str(), h.pid);
       name.clear();
+    } else {
+      HETOBS_DEBUG("removing the stale stats segment /dev/shm%s of pid %d (gone)", name.c_str(), h.pid);
+      shm_unlink(name.c_str());
     }
   }
-  int fd = name.empty() ? -1 : shm_open(name.c_str(), O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0600);
+  // Exclusive: whatever appears under this name between the check and here is not ours.
+  int fd = name.empty() ? -1 : shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd >= 0 && ftruncate(fd, off_t(total)) == 0) {
     void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p != MAP_FAILED) {
@@ -91,7 +104,7 @@ std::unique_ptr<Segment> Segment::create(const SegmentConfig& cfg) {
     if (!name.empty()) {
       HETOBS_WARN("cannot create the stats segment /dev/shm%s (%s): live stats are private to this process",
                   name.c_str(), errnoString(err).c_str());
-      if (fd >= 0) shm_unlink(name.c_str());
+      if (fd >= 0) shm_unlink(name.c_str());  // ours: made exclusively above
     }
     base = static_cast<uint8_t*>(aligned_alloc(64, total));
     if (!base) throw Error("out of memory for the stats segment");

@@ -5,7 +5,7 @@
 // mix up their connections.
 //
 //   server -> client  ServerHello  {magic, version, server nonce}
-//   client -> server  ClientHello  {magic, version, purpose, comm id, from, to, client nonce,
+//   client -> server  ClientHello  {magic, version, purpose, comm id, from, to, generation, client nonce,
 //                                   HMAC(key, "client" | job | snonce | cnonce | fields)}
 //   server -> client  ServerAccept {magic, status, HMAC(key, "server" | job | cnonce | snonce)}
 #include <cstdint>
@@ -20,6 +20,7 @@ struct Hello {
   uint64_t comm_id = 0;
   int32_t from_rank = -1;
   int32_t to_rank = -1;
+  uint32_t generation = 0;  // kTransport: 0 a link's first connection, n its n-th reconnect
 };
 
 struct Credentials {

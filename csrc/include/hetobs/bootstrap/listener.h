@@ -1,7 +1,9 @@
 #pragma once
-// The rank's one listening socket. A background thread accepts, authenticates
-// (a stranger is refused and logged, and cannot disturb the job) and parks good
-// connections until the communicator that expects them takes them.
+// The rank's one listening socket. A background thread accepts; each connection is
+// authenticated on a thread of its own (HandshakePool: a stranger is refused and logged,
+// and one that stays silent delays nobody else); good connections are parked until the
+// communicator that expects them takes them.
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <string>
@@ -12,6 +14,7 @@
 #include <utility>
 
 #include "hetobs/bootstrap/handshake.h"
+#include "hetobs/bootstrap/handshake_pool.h"
 #include "hetobs/common/net.h"
 
 namespace hetobs {
@@ -24,6 +27,7 @@ class Listener {
   Listener& operator=(const Listener&) = delete;
 
   int port() const { return addr_.port; }
+  const std::string& host() const { return addr_.host; }  // the bound address (0.0.0.0: every interface)
   // Wait for the authenticated connection from `fromRank` of communicator `commId`.
   int take(uint64_t commId, int fromRank, int64_t deadlineNs);
   uint64_t refused() const { return refused_; }
@@ -35,7 +39,7 @@ class Listener {
 
  private:
   void loop();
-  void handle(int fd);
+  bool handle(int fd, const std::function<void()>& authenticated);  // true: parked (kept)
 
   Credentials cred_;  // guarded by mu_
   SockAddr addr_;
@@ -45,8 +49,9 @@ class Listener {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::pair<uint64_t, int>, int> parked_;
-  uint64_t refused_ = 0;
+  std::atomic<uint64_t> refused_{0};
   std::function<std::string(const std::string&)> control_;
+  HandshakePool pool_;
 };
 
 }  // namespace hetobs

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include <sys/epoll.h>
+
 #include "hetobs/comm/abort.h"
 #include "hetobs/comm/config.h"
 #include "hetobs/common/json.h"
@@ -62,6 +64,10 @@ struct LinkInfo {
   int64_t busy_ns, last_activity_ns;
   uint64_t send_posted, send_sent, send_acked, send_done, recv_posted, recv_received, recv_done;
   int64_t progress_change_ns;
+  uint64_t reconnects = 0;  // TCP connection re-made after a break
+  uint64_t single_copy_bytes = 0;  // received straight from the peer's buffer (shm single copy)
+  uint64_t sends_unacked_max = 0;  // Channel::sendsUnackedMax()
+  LinkHealthSnapshot health;  // samples == 0: no kernel state (shm links)
 };
 
 class Communicator : public Observed, public std::enable_shared_from_this<Communicator> {
@@ -98,6 +104,7 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   void requestAbort(const std::string& why) override;  // the running op notices within one wait
   void writeState(JsonWriter& w, int64_t nowMono) const override;
   void writeMetadata(JsonWriter& w) const override;
+  void sampleLinkHealth() const override;
 
   // ---- for algorithms, on the thread running the op ----
   // Post the items and drive the channels until all are done. Items to the same peer
@@ -108,40 +115,84 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   // Throw the op's timeout / watchdog abort if due (for waits outside exchange).
   void checkDeadline();
   const OpDesc& desc() const { return desc_; }
-  std::string describePeer(int peer) const { return channels_[size_t(peer)]->peer().describe(); }
+  std::string describePeer(int peer) const { return peerInfo_[size_t(peer)].describe(); }
+  // The link to `peer` (connected for the running op's algorithm), for algorithms that
+  // pick a path by transport or wait on acknowledgements.
+  Channel* channel(int peer) const { return channels_[size_t(peer)].get(); }
   // Staging, copy lanes and per-peer stage counters of relay ops (made on first use).
   RelayState& relayState();
   uint8_t* scratch(size_t bytes);
   size_t smallBytes() const;
+  // Every member on this host and shared memory allowed: the same answer on every rank
+  // (worked out from the members' cards, not from which links came up), so all ranks pick
+  // the same algorithm.
+  bool oneHostShm() const { return oneHostShm_; }
+  // Wait policy (progress.cc): when this host's members outnumber the CPUs this process may
+  // run on, a waiting rank yields at once instead of busy-polling (spinning would keep the
+  // peer it waits for off the core).
+  bool oversubscribed();
 
  private:
-  void execute(const OpArgs& args, int64_t enqueueNs);
+  void adaptSpin(bool spun, bool spunOut);
+  // `start`: when it starts (a blocking op: when it was enqueued, one clock read for both).
+  void execute(const OpArgs& args, int64_t enqueueNs, int64_t start);
   void workerLoop();
   OpDesc expectFrom(int peer) const;
   OpDesc descFor(int peer) const;  // what our frames to `peer` carry
   void waitForEvents(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr, uint32_t bellSeen, int64_t idleNs);
   void pollAllControl();
+  void openEpoll();
+  void closeEpoll();
+  void watchChannel(size_t peer, uint32_t events);
   void pollControlWhenDue(int64_t now, int64_t* nextControl, shm::SegmentHeader* seg);
   void throwIfAbortRequested() const;
   [[noreturn]] void timeoutError(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr);
   [[noreturn]] void handleFailure(std::exception_ptr e);
   [[noreturn]] void resolveMismatch(int directPeer, const OpDesc* directTheirs, const struct AbortNotice* notice);
   void abortPeers(const struct AbortNotice& n);
+  // A mismatch notice about a later collective than the one running here: the reporter
+  // finished ours, so ours may still finish. Keep it (true) for the next op to raise,
+  // which is where the user's code deviated or not.
+  bool deferLaterMismatch(const RemoteAbort& a);
   // Mark failed with `msg`, tell every peer (notice `n`), log, dump: before the throw.
   // `from`: the comm rank whose notice brought the news (-1: seen first-hand).
   void failWith(const struct AbortNotice& n, const std::string& msg, int from = -1);
   void writeFailure(JsonWriter& w) const;
   std::string opContext() const;
   void buildChannels();
+  // inOp: for the running op (a peer that never comes is the op's timeout, naming it).
+  void connectPeers(const std::vector<int>& want, std::vector<int>& fds, int64_t deadline, bool inOp);
+  // Connect the peers in `want` not connected yet (on the op thread, before the op runs).
+  void ensureChannels(const std::vector<int>& want);
+  std::unique_ptr<Channel> makeTcpChannel(int p, int fd);
 
   std::shared_ptr<Endpoint> endpoint_;
   uint64_t id_;
   std::vector<int> global_;
   std::vector<int> world_;
   int rank_;
-  std::vector<std::unique_ptr<Channel>> channels_;  // by comm rank; null for self
+  std::vector<std::unique_ptr<Channel>> channels_;  // by comm rank; null for self and peers not connected yet
+  // Observers (dumps, the watchdog, links()) walk channels_ and the relay state under this
+  // lock, and close() takes them away under it. The op thread takes it only to fill a slot
+  // connected on demand (once per peer); otherwise only close(), which first waits out the
+  // running op (execMu_), changes them while ops run.
+  mutable std::mutex observeMu_;
+  bool inFlightLocked(InFlight* out) const;  // inFlight() with observeMu_ held
+  std::vector<PeerInfo> peerInfo_;                  // by comm rank
+  std::vector<int> neededScratch_, missingScratch_;
+  bool allConnected_ = false;  // peers an op needs (kept: no allocation per op)
   std::unique_ptr<shm::Segment> segment_;           // ours (incoming rings, doorbell)
   bool anyShm_ = false, anyTcp_ = false;
+  bool oneHostShm_ = false;
+  std::atomic<int> oversubscribed_{-1};  // -1: not worked out yet (oversubscribed(), on the first wait)
+  int64_t spinNs_ = 20000;  // this communicator's spin before yielding (progress.cc: adapts to how waits end)
+  // The op thread's wait on its sockets: an epoll set with each channel's current interest
+  // (0: not in the set), and whether the running op itself waits on that channel.
+  int epollFd_ = -1;
+  std::vector<uint32_t> pollMask_;
+  std::vector<int> pollFdWatched_;
+  std::vector<uint8_t> pollWanted_;
+  std::vector<struct epoll_event> epollEvents_;
 
   // Sequence ids: collectives share one counter; p2p counts per peer and direction.
   uint64_t collSeq_ = 0;
@@ -182,9 +233,11 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   // the vote's deviants (global ranks) only once voted_ is set.
   AbortNotice failure_;
   int failureFrom_ = -1;
+  std::vector<RemoteAbort> deferredMismatch_;  // deferLaterMismatch's notices, oldest first
   std::vector<int> deviating_;
   std::atomic<bool> voted_{false};
   int waitedPeer_ = -1;  // a peer the op still waited on when it timed out
+  int gonePeer_ = -1;    // a peer whose process is gone, as the failure found (PeerError::gone)
   std::atomic<bool> closed_{false};
 
   std::mutex execMu_;

@@ -40,12 +40,22 @@ struct NumberSpec {
   bool integer;
   long long maximum;  // integers only
 };
-constexpr int kNumberSettingCount = 9;
+constexpr int kNumberSettingCount = 12;
 extern const NumberSpec kNumberSettings[kNumberSettingCount];
 
 // Read every setting from the process environment (getenv). Returns false and sets
 // *error (one line, no trailing newline) when a value cannot be used; never throws.
 bool readEnvSettings(EnvSettings* out, std::string* error);
+
+// Connection settings every connect path reads (read once per process).
+struct NetSettings {
+  int connect_retries = 100;      // HETOBS_CONNECT_RETRIES: attempts per connect
+  double reconnect_timeout = 30;  // HETOBS_RECONNECT_TIMEOUT: seconds to re-make a broken link (inf: never give up)
+};
+NetSettings netSettings();
+// HETOBS_SHM_SINGLE_COPY_BYTES: shared-memory messages from this size are read straight out of
+// the sender's buffer (transport/shm/single_copy.h). Read once per process.
+uint64_t shmSingleCopyBytes();
 
 // A job id is a plain name: no '/', not "." or "..", at most 128 characters.
 bool validJobId(const std::string& id);
@@ -55,6 +65,9 @@ std::string generateJobId();
 // every rank of one launch derives alike from MASTER_ADDR:MASTER_PORT, which two jobs
 // running at once on one machine cannot share. False when either is unset.
 bool launchJobId(std::string* id);
+// Where this rank's listeners bind: HETOBS_SOCKET_IFNAME's address, else the route toward
+// MASTER_ADDR, else 0.0.0.0 (net.h listenAddressFor). Throws Error naming the setting.
+std::string listenAddressFromEnv();
 // Apply HETOBS_DEBUG to the native logger.
 void applyLogLevel(const EnvSettings& s);
 

@@ -18,6 +18,7 @@ class PeerError : public Error {
   PeerError(const std::string& msg, int peer, bool closed) : Error(msg), peer(peer), closed(closed) {}
   int peer = -1;        // comm rank on the other end of the failed link (-1: not known)
   bool closed = false;  // it closed the connection (else the link broke: I/O or protocol error)
+  bool gone = false;    // its process is gone: its listener refused every dial (reconnect.cc)
 };
 // Ranks disagree on the op at one sequence id.
 class MismatchError : public Error {

@@ -33,4 +33,14 @@ std::string readBlob(int fd, size_t maxLen, int64_t deadlineNs, const char* what
 
 std::string peerAddressOf(int fd);
 
+// Where a rank's listeners bind (never the wildcard when the way to the job is known): the
+// IPv4 address of the interface `ifnameSpec` names (HETOBS_SOCKET_IFNAME, NCCL_SOCKET_IFNAME's
+// grammar: "eth" prefix, "=eth0" exact, "^docker,lo" exclusion, comma lists), else the local
+// address the kernel uses toward `towardHost` (MASTER_ADDR: `ip route get` semantics), else
+// 0.0.0.0 when neither is known. Throws Error naming HETOBS_SOCKET_IFNAME when nothing matches.
+std::string listenAddressFor(const std::string& ifnameSpec, const std::string& towardHost);
+std::string interfaceAddress(const std::string& ifnameSpec);
+// Where rank 0's rendezvous binds: MASTER_ADDR itself when it is an address of this host.
+std::string rendezvousListenAddress(const std::string& masterHost);
+
 }  // namespace hetobs

@@ -26,6 +26,9 @@ class Observed {
   virtual void requestAbort(const std::string& why) = 0;
   virtual void writeState(JsonWriter& w, int64_t nowMono) const = 0;   // dump "comms" entry
   virtual void writeMetadata(JsonWriter& w) const = 0;                // rank file "comms" entry
+  // Refresh per-link kernel state (TCP_INFO) in the stats segment; the watchdog calls it
+  // about once a second. Nothing for communicators without sockets of their own.
+  virtual void sampleLinkHealth() const {}
 };
 
 }  // namespace hetobs

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <map>
@@ -21,10 +22,13 @@
 
 #include "hetobs/bootstrap/card.h"
 #include "hetobs/observe/bw_log.h"
+#include "hetobs/observe/dump_tree.h"
 #include "hetobs/observe/job_dir.h"
 #include "hetobs/stats/segment.h"
 
 namespace hetobs {
+
+class HandshakePool;
 
 class Observed;
 
@@ -43,16 +47,29 @@ struct RuntimeConfig {
   std::string bw_log_file;      // empty: stderr
 };
 
+struct PeerAnswers {
+  std::vector<int> asked, answered, unanswered;
+};
+
 struct DumpRequest {
   std::string incident;
   std::string reason;     // watchdog | peer_request | signal | on_demand | error
   std::string cause;
   int requested_by = -1;
-  bool ask_peers = false;  // also ask every other rank over the side channel
-};
-
-struct PeerAnswers {
-  std::vector<int> asked, answered, unanswered;
+  bool ask_peers = false;  // also spread the request to every other rank (dump_tree.h)
+  // The spread this request belongs to: started by `origin` (-1: none), this rank asked for
+  // `interval`, by requested_by at asked_ns (its wall clock), received at received_ns (ours).
+  int origin = -1;
+  SpreadInterval interval;
+  int64_t asked_ns = 0, received_ns = 0;
+  // When this rank's own watchdog saw the hang (wall clock; 0: it did not), and the
+  // coordinators it asked to start the incident's one spread (spread_join.cc).
+  int64_t hang_detected_ns = 0;
+  PeerAnswers start_asks;
+  // World ranks whose process is known to be gone (a data link's redial was refused
+  // throughout): not asked, so the failure is raised without a side-channel timeout on
+  // them; listed unanswered, which is what they are.
+  std::vector<int> known_gone;
 };
 
 class Runtime {
@@ -76,8 +93,9 @@ class Runtime {
   std::string dump(const DumpRequest& req);
   // Hand a request to the watchdog thread (any thread, including signal-free contexts).
   void enqueue(DumpRequest req);
-  // Side channel: ask every other world rank to dump into `incident` (bounded time).
-  PeerAnswers askPeers(const std::string& incident, const std::string& reason, const std::string& cause);
+  // Side channel: hand `req`'s spread on to the heads of its chunks (dump_tree.h), each
+  // asked once with a bounded timeout; a request started here covers the whole world.
+  PeerAnswers askPeers(const DumpRequest& req);
   // Answer one side-channel request line (called by the listener thread).
   std::string handleControl(const std::string& request);
 
@@ -97,6 +115,7 @@ class Runtime {
   explicit Runtime(const RuntimeConfig& cfg);
   void watchdogLoop();
   void checkHangs();
+  void sampleLinkHealthWhenDue();  // watchdog thread only
   void startUnixSocket();
   void unixLoop();
   std::string newIncidentId(const char* kind) const;
@@ -123,6 +142,28 @@ class Runtime {
   std::condition_variable dumpedCv_;
   bool waitForDump(std::unique_lock<std::mutex>& lk, const std::string& incident, int64_t timeoutNs);
   std::set<std::string> hangsReported_;
+  // Incident ids come from peers and from every hang: the sets above keep the newest
+  // kIncidentsKept of each (a forgotten id asked again finds its dump file already there).
+  static constexpr size_t kIncidentsKept = 1024;
+  std::deque<std::string> dumpedOrder_, hangsOrder_;
+  void forgetOldIncidents();  // with mu_ held
+  // Per incident, the origin of the spread this rank handed on. One started here only if
+  // none reached us yet; a received one also when its origin is lower than the one handed
+  // on, so the lowest origin's spread is handed on by every rank and reaches all of them.
+  std::map<std::string, int> spreadOrigin_;
+  bool claimSpread(const DumpRequest& req);
+  // A hang seen here joins the incident's one spread (spread_join.cc): a coordinator is
+  // asked to start it, and this rank's watchdog dump waits in joins_ for the spread to
+  // reach it; if none does by the deadline, this rank starts its own.
+  struct PendingJoin {
+    DumpRequest req;
+    int64_t deadline_mono_ns = 0;
+  };
+  std::map<std::string, PendingJoin> joins_;
+  void joinOrStartSpread(DumpRequest req);  // watchdog thread
+  void startOverdueJoins();                  // watchdog thread
+  bool askToStartSpread(int coordinator, const DumpRequest& req);
+  void takeJoin(DumpRequest* req);  // a pending join of req's incident is folded into req
   std::vector<std::weak_ptr<Observed>> comms_;
   std::mutex dumpMu_;  // one dump at a time (stacks share one file)
 
@@ -138,8 +179,13 @@ class Runtime {
   std::string commsJson_;  // the comms array as last written before exit (guarded by mu_)
   std::string segmentPath_;  // where the stats segment is (or was, after exit)
   int64_t startWallNs_;
+  int64_t lastHealthSampleNs_ = 0;  // watchdog thread only
   std::thread watchdog_;
   std::thread unixThread_;
+  // Each control-socket client on its own thread with a read deadline: a silent one delays
+  // nobody. Never destroyed, like the runtime (its threads may run until exit).
+  HandshakePool* unixPool_ = nullptr;
+  void serveUnixClient(int fd, const std::function<void()>& heard);
 };
 
 // Send one control request to a rank's side channel; returns its reply or throws Error.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "hetobs/common/json.h"
+#include "hetobs/record/link_health.h"
 #include "hetobs/record/op_record.h"
 #include "hetobs/record/progress.h"
 
@@ -18,11 +19,28 @@ void writeWallTimeOrNull(JsonWriter& w, const char* key, int64_t monoNs);
 void writeInFlightFields(JsonWriter& w, const OpRecord& r, int64_t startMono, int64_t nowMono);
 // A hierarchical op's "island" and, with `phases`, its "phases" object; nothing for other ops.
 void writeIslandFields(JsonWriter& w, const OpRecord& r, bool phases);
+// Content hash of a communicator's membership and ring (16 hex digits of SHA-256 over
+// "global_ranks=0,1,2;ring=0,1,2"); hetobs/diagnosis/membership.py computes the same.
+std::string membershipHash(const std::vector<int>& members, const std::vector<int>& ring);
+// A comm entry's "membership": {"hash", "lowest_rank"} in place of the lists themselves, which
+// live once per communicator in comms/comm-<id>-<hash>.json. `publish` (rank metadata):
+// the lowest member writes that file, once per process.
+void writeMembership(JsonWriter& w, uint64_t commId, const std::vector<int>& members, const std::vector<int>& ring,
+                     bool publish);
+// Which peers get a section, so a dump does not grow with the communicator: those the op in
+// flight has touched, those a link carried data to or from, and the ring neighbours (the
+// ring walk needs both ends even before the first frame).
+bool peerHasProgress(const PeerProgress& p);
+bool linkCarriedData(const LinkCounters& k);
+bool ringNeighbour(int commRank, int peer, int size);
 // One element of "peers": progress of the op in flight toward one peer.
 void writePeerProgress(JsonWriter& w, int peer, int globalPeer, const char* transport, const PeerProgress& p,
                        int64_t nowMono);
-// One element of "links": cumulative counters of one link.
+// One element of "links": cumulative counters of one link; `reconnects`: times a TCP link was
+// re-made after a break (0 where links never reconnect); its "tcp" health when `health` holds
+// a sample (null otherwise).
 void writeLinkCounters(JsonWriter& w, int peer, int globalPeer, const char* transport, const LinkCounters& k,
-                       const std::string& localAddress, const std::string& remoteAddress);
+                       const std::string& localAddress, const std::string& remoteAddress, uint64_t reconnects = 0,
+                       const LinkHealth* health = nullptr);
 
 }  // namespace hetobs

@@ -13,7 +13,9 @@ enum class Algorithm : uint8_t { kNone = 0, kRing = 1, kDirect = 2, kChain = 3, 
 // Values are part of the dump format (names) and of the stats segment (codes): append only.
 // kIslands: a hierarchical op of the "hetobs_islands" torch backend (vendor collective inside
 // the island, host relay across islands), recorded once per rank.
-enum class Backend : uint8_t { kNative = 0, kGloo = 1, kNccl = 2, kMpi = 3, kIslands = 4 };
+// kVendor: another library's collectives (an island's HCCL, XCCL, ... through its torch
+// plugin); the communicator's name says which ("hccl:island:b").
+enum class Backend : uint8_t { kNative = 0, kGloo = 1, kNccl = 2, kMpi = 3, kIslands = 4, kVendor = 5 };
 enum class DeviceType : uint8_t { kCpu = 0, kCuda = 1 };
 // Which part of a hierarchical op is running now (an in-flight op's "phase" in dumps).
 enum class IslandPhase : uint8_t { kNone = 0, kVendor = 1, kRelay = 2, kD2H = 3, kWire = 4, kH2D = 5 };

@@ -4,9 +4,11 @@
 // `hetobs top`, a diagnosis of a hung job) maps it read-only and reads it while the
 // rank runs, hangs or is stopped. hetobs/stats.py reads the same layout.
 //
-// Layout version 2 (all little-endian, offsets in the header). Version 2 added the
-// header's island fields and, per OpRecord, `island` and `phases`; a reader refuses any
-// version but its own (the record ring's stride and fields change between versions).
+// Layout version 3 (all little-endian, offsets in the header). Version 2 added the
+// header's island fields and, per OpRecord, `island` and `phases`; version 3 a CommStats
+// slot per OpKind including kRelay (host relays of island ops were counted nowhere), so
+// comm_bytes grew and nothing else moved: hetobs/stats.py reads 2 (without relay counts)
+// and 3, and refuses any other version (the record ring's stride and fields change).
 //   [StatsHeader, 4096 B]
 //   [CommStats x comm_capacity]     one per communicator, fixed capacity
 //   [LinkStats x link_capacity]     one per (communicator, peer)
@@ -20,6 +22,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "hetobs/common/wire.h"
+#include "hetobs/record/link_health.h"
 #include "hetobs/record/op_record.h"
 #include "hetobs/record/progress.h"
 
@@ -27,9 +31,9 @@ namespace hetobs {
 namespace stats {
 
 constexpr char kMagic[8] = {'H', 'T', 'B', 'S', 'T', 'A', 'T', 'S'};
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 constexpr uint32_t kHeaderBytes = 4096;
-constexpr uint32_t kOpKinds = 11;       // OpKind::kCount
+constexpr uint32_t kOpKinds = uint32_t(OpKind::kCount);  // every kind, relay included
 constexpr uint32_t kLatencyBuckets = 24;  // bucket b counts ops with duration < 2^b microseconds (last: the rest)
 constexpr uint32_t kBandwidthBuckets = 20;  // bucket b counts ops with busbw < 2^b MB/s (last: the rest)
 
@@ -92,6 +96,12 @@ struct LinkStats {
   char transport[8];
   LinkCounters counters;
   PeerProgress progress;
+  // Appended (readers of the same version index by link_bytes): times the TCP connection
+  // broke and was re-made (transport/tcp/reconnect.h).
+  std::atomic<uint64_t> reconnects{0};
+  // Appended without a version bump: readers step through links by link_bytes, so a
+  // reader of the shorter layout skips it and a newer one reads it when link_bytes has room.
+  LinkHealth health;
 };
 
 }  // namespace stats

@@ -30,9 +30,18 @@ struct SendItem {
   int peer = -1;
   const uint8_t* data = nullptr;
   size_t len = 0;
+  // false: copy through the link even where the receiver could read our buffer itself (shm
+  // single copy): a one-way transfer between two ranks is faster as two copies in parallel.
+  bool peerMayRead = true;
+  // The caller leaves `data` untouched until sendConfirmed() (a pipelined ring): a TCP link
+  // with reconnect then completes the item once written, not once acknowledged, and holds
+  // on to the bytes for a resume. The op's last item to that peer must not be kept: it
+  // completes on the peer's ack, which confirms every earlier one before the op returns.
+  bool keep = false;
   // progress state (owned by the channel)
   size_t offset = 0;
   size_t frames = 0;
+  uint64_t end_frame = 0;  // the link's frame count after the item's last frame
   bool started = false;
   bool done = false;
 };
@@ -100,18 +109,32 @@ class Channel {
   virtual bool peekData(FrameHeader* out) = 0;
   // Whether the peer's end is closed (EOF seen on its connection).
   virtual bool peerClosed() const = 0;
+  // The unfinished send item is written and waits only for the peer's ack (poll for input, not output).
+  virtual bool sendWaitsForAck() const { return false; }
+  // The peer holds everything of the done `item`: its bytes may change (SendItem::keep).
+  // Acks are read by progress and pollControl(); this only looks.
+  virtual bool sendConfirmed(const SendItem& item) const { return item.done; }
+  // Most send items written and not yet acknowledged at once, over the link's life (TCP with
+  // reconnect: how many chunks a pipelined op had in flight). Any thread.
+  virtual uint64_t sendsUnackedMax() const { return 0; }
 
   virtual int pollFd() const = 0;       // socket to poll(); control socket for shm
   virtual bool isShm() const = 0;
   virtual const char* kind() const = 0;  // "tcp" / "shm"
+  // Bytes this end received in one copy straight from the peer's buffer (shm single copy).
+  virtual uint64_t singleCopyBytes() const { return 0; }
 
   const PeerInfo& peer() const { return peer_; }
   // "ip:port" of this end and the peer's end of the TCP connection (the control connection
   // for shared memory), so a person can match a link to a firewall rule or a capture.
-  std::string localAddress() const;
-  std::string remoteAddress() const;
+  virtual std::string localAddress() const;
+  virtual std::string remoteAddress() const;
   PeerProgress& progress() { return stats_->progress; }
   LinkCounters& counters() { return stats_->counters; }
+  std::atomic<uint64_t>& reconnects() { return stats_->reconnects; }
+  LinkHealth& health() { return stats_->health; }
+  // Refresh health() from the kernel (TCP links; nothing for shm). Any thread, never on the hot path.
+  virtual void sampleHealth() {}
   // Move the counters into the rank's stats segment (before the first op); nullptr keeps them private.
   void bindStats(stats::LinkStats* slot, uint64_t commId);
 

@@ -9,14 +9,22 @@
 
 #include "hetobs/collectives/reduce_kernels.h"
 #include "hetobs/common/clock.h"
+#include "hetobs/common/env_config.h"
 #include "hetobs/common/log.h"
 #include "hetobs/common/net.h"
+#include "hetobs/transport/frame_check.h"
+#include "hetobs/transport/shm/single_copy.h"
 
 namespace hetobs {
 namespace shm {
 namespace {
 constexpr uint64_t kAlign = 64;
 inline uint64_t roundUp(uint64_t v) { return (v + kAlign - 1) & ~(kAlign - 1); }
+constexpr uint64_t kSingleCopyOff = 1ull << 62;  // HETOBS_SHM_SINGLE_COPY_BYTES' "never"
+// A reduction reads the peer's bytes into this much private memory, then folds them from
+// there while they are still in cache (process_vm_readv cannot reduce as it copies).
+constexpr size_t kReduceBufBytes = 256 * 1024;
+std::atomic<bool> refusalLogged{false};
 }  // namespace
 
 ShmChannel::ShmChannel(PeerInfo peer, int controlFd, Segment* mine, std::shared_ptr<Segment> theirs,
@@ -32,6 +40,19 @@ ShmChannel::ShmChannel(PeerInfo peer, int controlFd, Segment* mine, std::shared_
   head_ = out_->head.load(std::memory_order_relaxed);
   tail_ = in_->tail.load(std::memory_order_relaxed);
   setNonBlocking(ctl_, true);
+  if (shmSingleCopyBytes() < kSingleCopyOff) {
+    std::string why;
+    const SegmentHeader* h = theirs_->header();
+    if (canReadPeer(h->owner_pid, h->probe_addr, h->probe_value, &why)) {
+      readsPeer_ = true;
+      peerPid_ = h->owner_pid;
+      reduceBuf_.resize(kReduceBufBytes);
+      in_->single_copy.store(1, std::memory_order_release);  // the peer may now name its buffers
+    } else if (!refusalLogged.exchange(true)) {
+      HETOBS_DEBUG("shared memory from %s: two copies (ring), no single copy: %s", peer_.describe().c_str(),
+                   why.c_str());
+    }
+  }
 }
 
 ShmChannel::~ShmChannel() {
@@ -60,11 +81,14 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
   if (item.done) return true;
   noteSendStart(item);
   bool moved = false;
+  const bool named = sendsSingleCopy(item, desc);
   while (!(item.offset == item.len && item.frames > 0)) {
     uint64_t freeBytes = cap_ - (head_ - out_->tail.load(std::memory_order_acquire));
     uint64_t left = item.len - item.offset;
-    uint64_t piece = std::min(left, maxPiece_);
-    if (freeBytes < kAlign + roundUp(piece)) {
+    uint64_t piece = std::min(left, named ? kSingleCopyPiece : maxPiece_);
+    if (named) {
+      if (freeBytes < kAlign) break;
+    } else if (freeBytes < kAlign + roundUp(piece)) {
       if (freeBytes <= kAlign) break;
       piece = std::min(piece, (freeBytes - kAlign) & ~(kAlign - 1));
       if (piece == 0) break;
@@ -76,17 +100,24 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
     h.setDesc(desc);
     h.chunk = framesSent_;
     h.bytes = piece;
+    if (named) {  // the ring carries the header; the peer reads the bytes from our buffer
+      h.reserved[0] = reinterpret_cast<uint64_t>(item.data + item.offset);
+      h.reserved[1] = kSingleCopyMark;
+    }
     copyIn(head_, &h, sizeof h);  // never wraps: positions and capacity are 64-aligned
-    if (piece) copyIn(head_ + kAlign, item.data + item.offset, size_t(piece));
-    head_ += kAlign + roundUp(piece);
+    if (piece && !named) copyIn(head_ + kAlign, item.data + item.offset, size_t(piece));
+    head_ += kAlign + (named ? 0 : roundUp(piece));
     out_->head.store(head_, std::memory_order_release);
     theirs_->header()->bell.ring();
     LinkCounters::add(counters().bytes_sent, piece);
     noteFrameSent(item, size_t(piece));
+    if (named) namedUntil_ = framesSent_;
     moved = true;
   }
-  noteAcked(out_->consumed_frames.load(std::memory_order_relaxed));
-  if (item.offset == item.len && item.frames > 0) return noteSendDone(item);
+  // Acquire: the peer's reads of our buffer happened before it acknowledged them.
+  uint64_t acked = out_->consumed_frames.load(std::memory_order_acquire);
+  noteAcked(acked);
+  if (item.offset == item.len && item.frames > 0 && acked >= namedUntil_) return noteSendDone(item);
   if (moved) noteActivity();
   if (closed_) throwClosed("while this rank was sending");
   return false;
@@ -98,6 +129,12 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
   while (!item.done) {
     uint64_t head = in_->head.load(std::memory_order_acquire);
     if (head == tail_) break;
+    // The ring's head is the peer's word: never read past the ring or what it published.
+    if (head < tail_ + kAlign || head - tail_ > cap_)
+      throw PeerError(strFormat("protocol error in shared memory from %s: ring head %llu is not a frame "
+                                "past the tail (tail %llu, %llu bytes)", peer_.describe().c_str(), (unsigned long long)head,
+                                (unsigned long long)tail_, (unsigned long long)cap_),
+                      peer_.rank, false);
     FrameHeader h;
     copyOut(tail_, &h, sizeof h);
     if (h.magic != kFrameMagic)
@@ -109,9 +146,19 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
       throw FrameMismatch(peer_.rank, h.desc(), expect,
                           strFormat("%s sent %llu more bytes than this rank expects for %s", peer_.describe().c_str(),
                                     (unsigned long long)h.bytes, expect.str().c_str()));
+    const bool named = h.reserved[1] == kSingleCopyMark;
+    if (named && !readsPeer_)
+      throw PeerError(strFormat("protocol error in shared memory from %s: a frame names the sender's buffer, but "
+                                "this rank never said it can read it", peer_.describe().c_str()),
+                      peer_.rank, false);
+    // within what it published (a named frame: within one piece)
+    checkDataFrame(peer_, h, item, named ? kSingleCopyPiece : head - tail_ - kAlign, framesRecv_,
+                   "shared-memory link");
     uint64_t pos = tail_ + kAlign;
     size_t len = size_t(h.bytes);
-    if (item.mode == RecvMode::kCopy) {
+    if (named) {
+      receiveSingleCopy(item, h);
+    } else if (item.mode == RecvMode::kCopy) {
       copyOut(pos, item.dst + item.offset, len);
     } else if (len) {
       // Reduce straight from the ring; a frame crossing the end is done in two parts
@@ -124,7 +171,7 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
         reduceInto(item.dtype, item.redop, item.dst + item.offset + first, item.local + item.offset + first, inData_,
                    (len - first) / es);
     }
-    tail_ += kAlign + roundUp(h.bytes);
+    tail_ += kAlign + (named ? 0 : roundUp(h.bytes));
     in_->tail.store(tail_, std::memory_order_release);
     LinkCounters::add(counters().bytes_recv, len);
     noteFrameReceived(item, len);
@@ -135,6 +182,38 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
   if (item.done) return true;
   if (closed_ && in_->head.load(std::memory_order_acquire) == tail_) throwClosed("while this rank was receiving from it");
   return false;
+}
+
+bool ShmChannel::sendsSingleCopy(const SendItem& item, const OpDesc& desc) const {
+  // Collectives only: a point-to-point send finishes on its own while its message fits in
+  // the ring, and a program may rely on that (send before recv on both ends); a named
+  // buffer waits for the receiver.
+  return item.peerMayRead && item.len > 0 && item.len >= shmSingleCopyBytes() && !isP2P(desc.op) &&
+         out_->single_copy.load(std::memory_order_acquire) == 1;
+}
+
+void ShmChannel::receiveSingleCopy(RecvItem& item, const FrameHeader& h) {
+  const size_t len = size_t(h.bytes);
+  const uint64_t addr = h.reserved[0];
+  int err = 0;
+  if (item.mode == RecvMode::kCopy) {
+    err = readPeer(peerPid_, addr, item.dst + item.offset, len);
+  } else {
+    const size_t es = dtypeSize(item.dtype);
+    for (size_t done = 0; done < len && err == 0;) {
+      size_t n = std::min(len - done, reduceBuf_.size());
+      err = readPeer(peerPid_, addr + done, reduceBuf_.data(), n);
+      if (err == 0)
+        reduceInto(item.dtype, item.redop, item.dst + item.offset + done, item.local + item.offset + done,
+                   reduceBuf_.data(), n / es);
+      done += n;
+    }
+  }
+  if (err != 0)
+    throw PeerError(strFormat("cannot read %zu bytes of %s's buffer (shared-memory single copy): %s", len,
+                              peer_.describe().c_str(), errnoString(err).c_str()),
+                    peer_.rank, err == ESRCH);
+  LinkCounters::add(singleCopyBytes_, len);
 }
 
 bool ShmChannel::pollControl() {

@@ -9,6 +9,7 @@
 #include <new>
 
 #include "hetobs/common/error.h"
+#include "hetobs/transport/shm/single_copy.h"
 
 namespace hetobs {
 namespace shm {
@@ -68,6 +69,9 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, uint32_t nslot
   h->nslots = nslots;
   h->ring_bytes = ringBytes;
   h->version = kSegmentVersion;
+  h->owner_pid = int32_t(getpid());
+  h->probe_addr = reinterpret_cast<uint64_t>(probeWord());
+  h->probe_value = *probeWord();
   for (uint32_t s = 0; s < nslots; ++s)
     new (base + kHeaderBytes + size_t(s) * (kCtlBytes + ringBytes)) RingCtl();
   std::atomic_thread_fence(std::memory_order_release);

@@ -1,5 +1,7 @@
 #include "hetobs/transport/tcp/channel.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -12,6 +14,9 @@
 #include "hetobs/common/clock.h"
 #include "hetobs/common/log.h"
 #include "hetobs/common/net.h"
+#include "hetobs/common/wire.h"
+#include "hetobs/transport/tcp/tcp_info.h"
+#include "hetobs/transport/frame_check.h"
 
 namespace hetobs {
 namespace tcp {
@@ -22,14 +27,63 @@ bool wouldBlock(int e) { return e == EAGAIN || e == EWOULDBLOCK; }
 
 }  // namespace
 
-TcpChannel::TcpChannel(PeerInfo peer, int fd) : Channel(std::move(peer)), fd_(fd) {
-  setNonBlocking(fd_, true);
-  setNoDelay(fd_);
+TcpChannel::TcpChannel(PeerInfo peer, int fd, std::unique_ptr<Reconnector> reconnect)
+    : Channel(std::move(peer)), fd_(fd), reconnect_(std::move(reconnect)) {
+  configureSocket();
   staging_.resize(kTcpFrameBytes);
 }
 
+void TcpChannel::configureSocket() {
+  setNonBlocking(fd_, true);
+  setNoDelay(fd_);
+  // Autotuning stops the send buffer at tcp_wmem's maximum (4 MiB on this kernel's
+  // defaults); an explicit request may reach twice net.core.wmem_max, so a ring step's frames
+  // wait in fewer, larger writes. The kernel caps the request (never an error). The receive
+  // side is left to autotuning: an explicit SO_RCVBUF caps it at rmem_max and turns
+  // autotuning (up to tcp_rmem's maximum) off, and measured no better (docs/PERF.md, "Issue 15").
+  int sndbuf = int(kTcpSendBuffer);
+  setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+  localEnd_ = Channel::localAddress();
+  remoteEnd_ = Channel::remoteAddress();
+  if (!reconnect_ || !reconnect_->enabled()) return;
+  // A blackholed peer never resets the connection: data just stays unacknowledged and TCP
+  // retransmits for ~15 minutes. TCP_USER_TIMEOUT turns that into an error after the
+  // reconnect timeout, so the link counts as broken, is redialled and, still dead when the
+  // reconnect timeout passes again, fails the op naming it. Short stalls (a 2 s link-down)
+  // stay below it and are survived by plain retransmission. inf: the kernel's default.
+  // The end that meets a reset waits for the higher rank to redial. A higher rank with
+  // nothing left to send (it waits for the peer's ack, which the fault swallowed) sends no
+  // packet that could meet the reset in turn, and would wait out the op's timeout.
+  // Keepalive probes on a link idle for 1 s draw the peer host's reset once the fault is
+  // over; on a busy link none are sent.
+  int on = 1, idle = 1, interval = 1;
+  setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  double s = reconnect_->plan().timeout_s;
+  if (s < 1e6) {
+    unsigned ms = unsigned(std::max(1000.0, s * 1000));
+    setsockopt(fd_, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
+  }
+}
+
 TcpChannel::~TcpChannel() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ < 0) return;
+  // Unread input would make close() send a reset, which a peer still in an op takes for a
+  // network fault and tries to reconnect; drained, the peer sees a plain end of stream.
+  for (int i = 0; i < 256; ++i) {
+    ssize_t n = recv(fd_, staging_.data(), staging_.size(), MSG_DONTWAIT);
+    if (n <= 0) break;
+  }
+  ::close(fd_);
+}
+
+void TcpChannel::abandon(int fd) {
+  // A reset, not a FIN: the peer, if it still reads this connection, must see a break to
+  // re-make, not a deliberate close.
+  linger l{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  ::close(fd);
 }
 
 void TcpChannel::throwClosed(const char* during) {
@@ -42,6 +96,8 @@ void TcpChannel::throwIo(const char* what, int err) {
                             errnoString(err).c_str()),
                   peer_.rank, false);
 }
+
+void TcpChannel::sampleHealth() { sampleTcpInfo(fd_, health()); }
 
 bool TcpChannel::flushAck() {
   if (!ackOwed_ && ackOff_ == 0) return true;
@@ -77,23 +133,75 @@ bool TcpChannel::flushAck() {
 
 bool TcpChannel::progressSend(SendItem& item, const OpDesc& desc) {
   if (item.done) return true;
+  if (!item.started) {
+    // Kept items of another op were left by a failure: nothing will confirm or resend them.
+    if (keptCount_ && !(kept_[keptHead_].desc == desc)) keptCount_ = 0;
+    if (rewindTo_ == ~0ull && framesSent_ > curFirst_) {  // an earlier item ended in an error
+      curFirst_ = framesSent_;
+      keptCount_ = 0;
+    }
+  }
   noteSendStart(item);
-  if (closed_) throwClosed("while this rank was sending");
+  // A written item may be confirmed even so: the peer acked it and finished (its ack and end of
+  // stream read by a control poll since); the loop below looks at the ack first.
+  bool written = item.frames > 0 && item.offset == item.len;
+  if (closed_ && !written && !recover("while this rank was sending", 0)) throwClosed("while this rank was sending");
+  // Written, not yet confirmed: a kept item needs a free slot in kept_, any other item the
+  // peer's ack of all of it (the buffer stays the algorithm's until then, so a reconnect can
+  // resend whatever the peer lacks).
+  auto confirmed = [&] {
+    releaseAcked();
+    return item.keep ? keptCount_ < kMaxKept : ackedAbs_ >= framesSent_;
+  };
   for (;;) {
+    applyRewind(item);
+    if (framesSent_ < curFirst_) {
+      if (!replayKept()) return false;
+      continue;
+    }
     if (!inFrame_) {
       if (ackOff_ != 0 || ackOwed_) {
         if (!flushAck()) return false;
       }
-      if (item.offset == item.len && item.frames > 0) break;
-      memset(&shdr_, 0, sizeof shdr_);
-      shdr_.magic = kFrameMagic;
-      shdr_.kind = uint8_t(FrameKind::kData);
-      shdr_.setDesc(desc);
-      shdr_.chunk = framesSent_;
-      shdr_.bytes = std::min(item.len - item.offset, kTcpFrameBytes);
-      inFrame_ = true;
-      frameOff_ = 0;
+      if (item.offset == item.len && item.frames > 0) {
+        if (!gated(desc)) break;
+        if (confirmed()) break;
+        if (!awaitingAck_) noteUnacked(keptCount_ + 1);
+        awaitingAck_ = true;
+        if (!haveHdr_) readHeader();
+        if (confirmed()) break;  // confirmed, even if the peer closed right after (it finished)
+        if (closed_) {
+          if (!recover("while this rank waited for an ack", 0)) throwClosed("while this rank was sending");
+          continue;
+        }
+        return false;
+      }
+      beginFrame(item.len, item.offset, desc);
     }
+    int w = writeFrame(item.data + item.offset, "sending data");
+    if (w == 0) return false;
+    if (w > 0) noteFrameSent(item, size_t(shdr_.bytes));
+  }
+  awaitingAck_ = false;
+  if (item.keep && gated(desc)) keepItem(item, desc);
+  curFirst_ = framesSent_;
+  item.end_frame = framesSent_;
+  return noteSendDone(item);
+}
+
+void TcpChannel::beginFrame(size_t len, size_t offset, const OpDesc& desc) {
+  memset(&shdr_, 0, sizeof shdr_);
+  shdr_.magic = kFrameMagic;
+  shdr_.kind = uint8_t(FrameKind::kData);
+  shdr_.setDesc(desc);
+  shdr_.chunk = framesSent_;
+  shdr_.bytes = std::min(len - offset, kTcpFrameBytes);
+  inFrame_ = true;
+  frameOff_ = 0;
+}
+
+int TcpChannel::writeFrame(const uint8_t* payload, const char* during) {
+  for (;;) {
     iovec iov[2];
     int cnt = 0;
     if (frameOff_ < sizeof shdr_) {
@@ -101,7 +209,7 @@ bool TcpChannel::progressSend(SendItem& item, const OpDesc& desc) {
     }
     size_t payDone = frameOff_ > sizeof shdr_ ? frameOff_ - sizeof shdr_ : 0;
     if (payDone < shdr_.bytes) {
-      iov[cnt++] = {const_cast<uint8_t*>(item.data) + item.offset + payDone, size_t(shdr_.bytes - payDone)};
+      iov[cnt++] = {const_cast<uint8_t*>(payload) + payDone, size_t(shdr_.bytes - payDone)};
     }
     msghdr mh{};
     mh.msg_iov = iov;
@@ -109,19 +217,160 @@ bool TcpChannel::progressSend(SendItem& item, const OpDesc& desc) {
     ssize_t n = sendmsg(fd_, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (wouldBlock(errno)) return false;
-      throwIo("sending data", errno);
+      if (wouldBlock(errno)) return 0;
+      int err = errno;
+      if (!recover(during, err)) throwIo(during, err);
+      return -1;
     }
-    size_t before = frameOff_ > sizeof shdr_ ? frameOff_ - sizeof shdr_ : 0;
     frameOff_ += size_t(n);
     size_t after = frameOff_ > sizeof shdr_ ? frameOff_ - sizeof shdr_ : 0;
-    LinkCounters::add(counters().bytes_sent, after - before);
+    LinkCounters::add(counters().bytes_sent, after - payDone);
     if (frameOff_ == sizeof shdr_ + shdr_.bytes) {
       inFrame_ = false;
-      noteFrameSent(item, size_t(shdr_.bytes));
+      return 1;
     }
   }
-  return noteSendDone(item);
+}
+
+void TcpChannel::keepItem(const SendItem& item, const OpDesc& desc) {
+  releaseAcked();
+  if (ackedAbs_ >= framesSent_) return;  // confirmed already: nothing to hold
+  Kept& k = kept_[(keptHead_ + keptCount_) % kMaxKept];
+  k = Kept{item.data, item.len, framesSent_ - item.frames, framesSent_, desc};
+  ++keptCount_;
+  noteUnacked(keptCount_);
+}
+
+void TcpChannel::releaseAcked() {
+  while (keptCount_ && kept_[keptHead_].end <= ackedAbs_) {
+    keptHead_ = (keptHead_ + 1) % kMaxKept;
+    --keptCount_;
+  }
+}
+
+void TcpChannel::noteUnacked(uint64_t n) {
+  if (n > unackedMax_.load(std::memory_order_relaxed)) unackedMax_.store(n, std::memory_order_relaxed);
+}
+
+void TcpChannel::startRewind() {
+  if (rewindTo_ == ~0ull) return;
+  uint64_t to = rewindTo_;
+  rewindTo_ = ~0ull;
+  if (to >= framesSent_) return;
+  // adopt() checked to >= heldFrom(). Frames before curFirst_ are kept items' (replayKept);
+  // frame k of the current item starts at k * kTcpFrameBytes.
+  itemRewound_ = true;
+  itemFrames_ = to > curFirst_ ? size_t(to - curFirst_) : 0;
+  framesSent_ = to;
+}
+
+void TcpChannel::applyRewind(SendItem& item) {
+  startRewind();
+  if (!itemRewound_) return;
+  itemRewound_ = false;
+  if (item.frames > itemFrames_) {
+    item.frames = itemFrames_;
+    item.offset = item.frames * kTcpFrameBytes;
+  }
+}
+
+bool TcpChannel::replayKept() {
+  while (framesSent_ < curFirst_) {
+    const Kept* k = nullptr;
+    for (size_t i = 0; i < keptCount_ && !k; ++i) {
+      const Kept& e = kept_[(keptHead_ + i) % kMaxKept];
+      if (e.first <= framesSent_ && framesSent_ < e.end) k = &e;
+    }
+    if (!k)  // adopt() refuses a resume from before the held frames: a bug if reached
+      throw PeerError(strFormat("cannot resume the link to %s: chunk %llu is no longer held", peer_.describe().c_str(),
+                                (unsigned long long)framesSent_),
+                      peer_.rank, false);
+    size_t off = size_t(framesSent_ - k->first) * kTcpFrameBytes;
+    if (!inFrame_) {
+      if ((ackOff_ != 0 || ackOwed_) && !flushAck()) return false;
+      beginFrame(k->len, off, k->desc);
+    }
+    int w = writeFrame(k->data + off, "re-sending data");
+    if (w == 0) return false;
+    if (w < 0) {
+      startRewind();
+      continue;
+    }
+    framesSent_++;
+    LinkCounters::add(counters().frames_sent, 1);
+    PeerProgress::bump(progress().send_sent);
+  }
+  return true;
+}
+
+bool TcpChannel::recover(const char* during, int err) {
+  // A FIN is a deliberate close (a finished, failed or exiting peer; a network fault
+  // resets instead): the PeerError it always was. Resets and timeouts are re-made.
+  if (!reconnect_ || !reconnect_->enabled() || eof_) return false;
+  const int64_t broke = monoNs();
+  const int64_t deadline = deadlineAfter(broke, reconnect_->plan().timeout_s);
+  std::string why = err ? strFormat("%s: %s", during, errnoString(err).c_str())
+                        : strFormat("%s: connection closed", during);
+  HETOBS_WARN("link to %s broke (%s; chunks sent %llu, acknowledged %llu, received %llu); re-making it "
+              "(HETOBS_RECONNECT_TIMEOUT=%g s)",
+              peer_.describe().c_str(), why.c_str(), (unsigned long long)framesSent_, (unsigned long long)ackedAbs_,
+              (unsigned long long)framesRecv_, reconnect_->plan().timeout_s);
+  abandon(fd_);
+  fd_ = -1;
+  closed_ = true;
+  for (;;) {
+    int fd = reconnect_->remake(generation_ + 1, deadline, peer_, why, localEnd_, remoteEnd_);
+    ResumeNote mine{kResumeMagic, generation_ + 1, framesRecv_}, theirs{};
+    try {
+      writeFull(fd, &mine, sizeof mine, deadline, "resume note");
+      readFull(fd, &theirs, sizeof theirs, deadline, "resume note");
+    } catch (const Error& e) {
+      ::close(fd);
+      if (monoNs() >= deadline) throw;
+      HETOBS_DEBUG("resume with %s failed (%s); trying again", peer_.describe().c_str(), e.what());
+      continue;
+    }
+    adopt(fd, theirs, broke);
+    return true;
+  }
+}
+
+void TcpChannel::adopt(int fd, const ResumeNote& theirs, int64_t brokeAtNs) {
+  if (theirs.magic != kResumeMagic) {
+    ::close(fd);
+    throw PeerError(strFormat("protocol error on the link to %s: bad resume note", peer_.describe().c_str()),
+                    peer_.rank, false);
+  }
+  if (theirs.frames_recv > framesSent_ || theirs.frames_recv < heldFrom()) {
+    ::close(fd);
+    throw PeerError(strFormat("cannot resume the link to %s: it has %llu of this rank's chunks, this rank sent %llu "
+                              "and holds the data from chunk %llu on",
+                              peer_.describe().c_str(), (unsigned long long)theirs.frames_recv,
+                              (unsigned long long)framesSent_, (unsigned long long)heldFrom()),
+                    peer_.rank, false);
+  }
+  if (fd_ >= 0) abandon(fd_);
+  fd_ = fd;
+  generation_ = std::max(generation_ + 1, theirs.generation);
+  closed_ = false;
+  eof_ = false;
+  // Receive side: a half-read frame is dropped; the peer resends it whole.
+  haveHdr_ = false;
+  rhdrOff_ = 0;
+  rpayOff_ = 0;
+  // Send side: a half-written frame is abandoned; resume at the peer's count.
+  inFrame_ = false;
+  frameOff_ = 0;
+  ackOff_ = 0;
+  ackOwed_ = true;  // confirm again what we hold: the peer's send may wait on it
+  ackedAbs_ = std::max<uint64_t>(ackedAbs_, theirs.frames_recv);
+  noteAcked(ackedAbs_);
+  releaseAcked();
+  rewindTo_ = theirs.frames_recv;
+  configureSocket();
+  reconnects().fetch_add(1, std::memory_order_relaxed);
+  HETOBS_WARN("link to %s re-made in %.3f s (connection %u); resuming at chunk %llu", peer_.describe().c_str(),
+              double(monoNs() - brokeAtNs) / 1e9, generation_, (unsigned long long)theirs.frames_recv);
 }
 
 bool TcpChannel::readHeader() {
@@ -129,13 +378,14 @@ bool TcpChannel::readHeader() {
     ssize_t n = recv(fd_, reinterpret_cast<char*>(&rhdr_) + rhdrOff_, sizeof rhdr_ - rhdrOff_, MSG_DONTWAIT);
     if (n == 0) {
       closed_ = true;
+      eof_ = true;  // closed on purpose (or its process ended): nothing to reconnect
       return false;
     }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (wouldBlock(errno)) return false;
-      if (errno == ECONNRESET) {
-        closed_ = true;
+      if (errno == ECONNRESET || errno == ETIMEDOUT || errno == EPIPE) {
+        closed_ = true;  // the caller re-makes the link or reports it
         return false;
       }
       throwIo("receiving", errno);
@@ -149,7 +399,10 @@ bool TcpChannel::readHeader() {
                       peer_.rank, false);
     switch (FrameKind(rhdr_.kind)) {
       case FrameKind::kAck:
+        checkAck(peer_, rhdr_.chunk, framesSent_, "TCP link");
+        ackedAbs_ = std::max<uint64_t>(ackedAbs_, rhdr_.chunk);
         noteAcked(rhdr_.chunk);
+        releaseAcked();
         continue;
       case FrameKind::kAbort: {
         size_t len = std::min<size_t>(rhdr_.bytes, kMaxAbortBody);
@@ -185,6 +438,7 @@ bool TcpChannel::skipPayload() {
     ssize_t n = recv(fd_, staging_.data(), n0, MSG_DONTWAIT);
     if (n == 0) {
       closed_ = true;
+      eof_ = true;
       return false;
     }
     if (n < 0) {
@@ -202,14 +456,29 @@ bool TcpChannel::skipPayload() {
 bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
   if (item.done) return true;
   noteRecvStart(item);
+  // A resume left kept frames to re-send, and no send item may come to drive it: the peer
+  // may wait for them before it sends what this item waits for.
+  if (rewindTo_ != ~0ull || framesSent_ < curFirst_) {
+    startRewind();
+    replayKept();
+  }
   for (;;) {
     if (!haveHdr_) {
       if (!readHeader()) {
-        if (closed_) throwClosed("while this rank was receiving from it");
+        if (closed_) {
+          if (!recover("while this rank was receiving from it", 0))
+            throwClosed("while this rank was receiving from it");
+          continue;
+        }
         return false;
       }
     }
     checkFrame(peer_, rhdr_.desc(), expect);
+    // Frames no sender makes (out of order, past the staging buffer, ...) first: they are
+    // protocol errors whatever this rank expects. A well-formed frame with more bytes than
+    // the item still lacks is a peer running another op (the pipelined ring's items are one
+    // frame long, so a frame past the staging buffer is also past the item).
+    checkDataFrame(peer_, rhdr_, item, kTcpFrameBytes, framesRecv_, "TCP link");  // staging_ holds one frame
     if (rhdr_.bytes > item.len - item.offset)
       throw FrameMismatch(peer_.rank, rhdr_.desc(), expect,
                           strFormat("%s sent %llu more bytes than this rank expects for %s", peer_.describe().c_str(),
@@ -219,16 +488,20 @@ bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
       ssize_t n = recv(fd_, target + rpayOff_, rhdr_.bytes - rpayOff_, MSG_DONTWAIT);
       if (n == 0) {
         closed_ = true;
+        eof_ = true;
         throwClosed("in the middle of a message");
       }
       if (n < 0) {
         if (errno == EINTR) continue;
         if (wouldBlock(errno)) return false;
-        throwIo("receiving data", errno);
+        int err = errno;
+        if (!recover("receiving data", err)) throwIo("receiving data", err);
+        break;
       }
       rpayOff_ += size_t(n);
       LinkCounters::add(counters().bytes_recv, size_t(n));
     }
+    if (!haveHdr_) continue;  // the link was re-made: the frame comes again
     if (item.mode == RecvMode::kReduce) {
       size_t es = dtypeSize(item.dtype);
       reduceInto(item.dtype, item.redop, item.dst + item.offset, item.local + item.offset, staging_.data(),
@@ -247,6 +520,29 @@ bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
 
 bool TcpChannel::pollControl() {
   bool changed = false;
+  // The peer re-made the link (it saw the break first): take the new connection.
+  if (reconnect_ && reconnect_->enabled() && !reconnect_->dialer()) {
+    int fd = reconnect_->takeParked();
+    if (fd >= 0) {
+      ResumeNote mine{kResumeMagic, generation_ + 1, framesRecv_}, theirs{};
+      int64_t dl = deadlineAfter(monoNs(), reconnect_->plan().timeout_s);
+      try {
+        writeFull(fd, &mine, sizeof mine, dl, "resume note");
+        readFull(fd, &theirs, sizeof theirs, dl, "resume note");
+        adopt(fd, theirs, monoNs());
+        changed = true;
+      } catch (const PeerError&) {
+        throw;
+      } catch (const Error& e) {
+        ::close(fd);
+        HETOBS_DEBUG("resume with %s failed (%s)", peer_.describe().c_str(), e.what());
+      }
+    }
+  }
+  if ((rewindTo_ != ~0ull || framesSent_ < curFirst_) && !discarding_) {  // failed: the op is over
+    startRewind();
+    changed |= replayKept();
+  }
   if (ackOwed_ || ackOff_) changed |= flushAck();
   if (discarding_ && haveHdr_ && !skipPayload()) return changed;
   if (!haveHdr_ && !closed_) {

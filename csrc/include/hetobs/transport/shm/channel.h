@@ -2,9 +2,13 @@
 // Shared-memory link to a peer on the same host. Data goes through two SPSC rings
 // (ours in the peer's segment, the peer's in ours), framed like TCP so the op header
 // is checked the same way. Received frames are reduced straight out of the ring (no
-// staging copy). A TCP control socket to the same peer carries abort notices and
+// staging copy). Large collective messages go in one copy where the kernel allows it: the
+// frame names the sender's buffer and the receiver reads it with process_vm_readv
+// (single_copy.h). A TCP control socket to the same peer carries abort notices and
 // tells us when the peer's process is gone (EOF), which shared memory cannot.
+#include <atomic>
 #include <memory>
+#include <vector>
 
 #include "hetobs/transport/channel.h"
 #include "hetobs/transport/shm/segment.h"
@@ -28,11 +32,14 @@ class ShmChannel : public Channel {
   int pollFd() const override { return ctl_; }
   bool isShm() const override { return true; }
   const char* kind() const override { return "shm"; }
+  uint64_t singleCopyBytes() const override { return singleCopyBytes_.load(std::memory_order_relaxed); }
 
  private:
   void copyOut(uint64_t pos, void* dst, size_t len) const;       // from the in ring
   void copyIn(uint64_t pos, const void* src, size_t len);        // into the out ring
   [[noreturn]] void throwClosed(const char* during);
+  bool sendsSingleCopy(const SendItem& item, const OpDesc& desc) const;
+  void receiveSingleCopy(RecvItem& item, const FrameHeader& h);  // read the named bytes from the sender
 
   int ctl_;
   bool closed_ = false;
@@ -46,6 +53,14 @@ class ShmChannel : public Channel {
   uint64_t maxPiece_;
   uint64_t head_ = 0;  // our producer position in out_
   uint64_t tail_ = 0;  // our consumer position in in_
+  // Single copy. Receiving: whether we can read the peer's memory (and told it so), its pid,
+  // and a cache-sized buffer a reduction reads the peer's bytes into. Sending: the frame
+  // count (framesSent_) the peer must acknowledge before the buffer may be let go.
+  bool readsPeer_ = false;
+  int peerPid_ = 0;
+  std::vector<uint8_t> reduceBuf_;
+  uint64_t namedUntil_ = 0;
+  std::atomic<uint64_t> singleCopyBytes_{0};
 };
 
 }  // namespace shm

@@ -4,7 +4,9 @@
 // consumer). Peers map it during set-up; the owner unlinks the name as soon as every
 // peer has mapped it, so a crash never leaves a file behind in /dev/shm.
 //
-// Layout (version 1): [SegmentHeader 256 B] then per slot [RingCtl 256 B][data ringBytes].
+// Layout (version 2): [SegmentHeader 256 B] then per slot [RingCtl 256 B][data ringBytes].
+// Version 2 added the owner's probe word (SegmentHeader) and the consumer's single-copy
+// flag (RingCtl): a frame may name bytes in the producer's memory instead of carrying them.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -17,13 +19,16 @@ namespace hetobs {
 namespace shm {
 
 constexpr uint32_t kSegmentMagic = 0x4d485348;  // "HSHM"
-constexpr uint32_t kSegmentVersion = 1;
+constexpr uint32_t kSegmentVersion = 2;
 
 struct RingCtl {
   alignas(64) std::atomic<uint64_t> head;             // bytes published by the producer
   alignas(64) std::atomic<uint64_t> tail;             // bytes released by the consumer
   alignas(64) std::atomic<uint64_t> consumed_frames;  // frames the consumer finished (the "ack")
-  uint8_t pad_[64 - sizeof(std::atomic<uint64_t>)];
+  // Set by the consumer once it has read the producer's probe word with process_vm_readv:
+  // the producer may then send frames that name its own buffer (transport/shm/single_copy.h).
+  std::atomic<uint32_t> single_copy;
+  uint8_t pad_[64 - sizeof(std::atomic<uint64_t>) - sizeof(std::atomic<uint32_t>)];
 };
 static_assert(sizeof(RingCtl) == 192, "ring control layout");
 
@@ -35,6 +40,13 @@ struct SegmentHeader {
   uint64_t ring_bytes;
   alignas(64) Doorbell bell;            // rung for any event this rank waits on
   alignas(64) std::atomic<uint32_t> abort;  // set by a peer that aborts the communicator
+  // The owner's pid (as it sees itself) and a word of its private memory with a value no
+  // other process holds: a peer that reads that value with process_vm_readv at that pid
+  // knows it can read the owner's buffers (same pid namespace, ptrace allowed).
+  int32_t owner_pid;
+  uint32_t reserved2;
+  uint64_t probe_addr;
+  uint64_t probe_value;
 };
 
 class Segment {

@@ -1,20 +1,28 @@
 #pragma once
 // TCP link to one peer: non-blocking socket, 64-byte framed messages, data frames of
 // at most kTcpFrameBytes, cumulative acks sent after each completed message and
-// drained whenever the channel is polled.
+// drained whenever the channel is polled. With a Reconnector a broken connection is
+// re-made and the op resumes (tcp/reconnect.h, docs/reconnect.md): a collective's send
+// then completes only once the peer acknowledged it, so every chunk the peer may still
+// lack is in a buffer the algorithm has not released. Items marked SendItem::keep complete
+// once written and stay listed here (up to kMaxKept) until acknowledged, so several chunks
+// are in flight; a resume re-sends from the peer's count through the listed items.
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "hetobs/transport/channel.h"
+#include "hetobs/transport/tcp/reconnect.h"
 
 namespace hetobs {
 namespace tcp {
 
 constexpr size_t kTcpFrameBytes = 512 * 1024;
+constexpr size_t kTcpSendBuffer = 4 << 20;  // SO_SNDBUF asked for on data links (capped by wmem_max)
 
 class TcpChannel : public Channel {
  public:
-  TcpChannel(PeerInfo peer, int fd);
+  TcpChannel(PeerInfo peer, int fd, std::unique_ptr<Reconnector> reconnect = nullptr);
   ~TcpChannel() override;
 
   bool progressSend(SendItem& item, const OpDesc& desc) override;
@@ -27,7 +35,16 @@ class TcpChannel : public Channel {
   bool peerClosed() const override { return closed_; }
   int pollFd() const override { return fd_; }
   bool isShm() const override { return false; }
+  bool sendWaitsForAck() const override { return awaitingAck_; }
+  bool sendConfirmed(const SendItem& item) const override {
+    return item.done && (!resumable() || ackedAbs_ >= item.end_frame);
+  }
+  uint64_t sendsUnackedMax() const override { return unackedMax_.load(std::memory_order_relaxed); }
+  // The connection's ends as of its last (re)connect: still known once it is gone.
+  std::string localAddress() const override { return localEnd_; }
+  std::string remoteAddress() const override { return remoteEnd_; }
   const char* kind() const override { return "tcp"; }
+  void sampleHealth() override;
 
  private:
   // Reads header bytes; returns true once a full header is held in rhdr_. Handles ack/abort frames.
@@ -36,9 +53,29 @@ class TcpChannel : public Channel {
   bool skipPayload();  // discard mode: drop the held data frame's payload; true when dropped
   [[noreturn]] void throwClosed(const char* during);
   [[noreturn]] void throwIo(const char* what, int err);
+  // The connection broke (err 0: closed). Re-make it and set up the resume; false when
+  // reconnecting is off (the caller raises as before). Throws PeerError / LinkError.
+  bool recover(const char* during, int err);
+  void adopt(int fd, const ResumeNote& theirs, int64_t brokeAtNs);
+  // After a resume: move the send side back to the peer's count (rewindTo_). Frames of kept
+  // items come again from replayKept(); the current item restarts at its frame.
+  void startRewind();
+  void applyRewind(SendItem& item);
+  bool replayKept();  // re-send kept items' frames up to curFirst_; true when none is left
+  void beginFrame(size_t len, size_t offset, const OpDesc& desc);  // the frame of bytes [offset, ...) of len
+  // Write the frame in shdr_ from frameOff_; 1 written, 0 would block, -1 the link broke (re-made).
+  int writeFrame(const uint8_t* payload, const char* during);
+  void keepItem(const SendItem& item, const OpDesc& desc);
+  void releaseAcked();
+  void noteUnacked(uint64_t n);
+  bool resumable() const { return reconnect_ && reconnect_->enabled(); }
+  void configureSocket();
+  static void abandon(int fd);
+  bool gated(const OpDesc& desc) const { return resumable() && !isP2P(desc.op); }
 
   int fd_;
   bool closed_ = false;
+  bool eof_ = false;  // the peer closed its end (FIN), as opposed to a reset or timeout
   bool discarding_ = false;
   // send side: the frame being written
   FrameHeader shdr_{};
@@ -54,6 +91,29 @@ class TcpChannel : public Channel {
   bool haveHdr_ = false;
   size_t rpayOff_ = 0;
   std::vector<uint8_t> staging_;
+  // reconnect and resume
+  std::unique_ptr<Reconnector> reconnect_;
+  uint32_t generation_ = 0;
+  uint64_t ackedAbs_ = 0;      // frames the peer confirmed, over the link's life
+  uint64_t curFirst_ = 0;      // first frame of the unfinished (or next) send item
+  uint64_t rewindTo_ = ~0ull;  // after a reconnect: resend from this frame (~0: nothing pending)
+  bool itemRewound_ = false;   // the current item must restart at frame itemFrames_ (startRewind)
+  size_t itemFrames_ = 0;
+  // Kept items, written and not yet acknowledged, oldest first: frames [first, end), all
+  // contiguous and ending at curFirst_. A fixed ring: no allocation per chunk.
+  struct Kept {
+    const uint8_t* data;
+    size_t len;
+    uint64_t first, end;
+    OpDesc desc;
+  };
+  static constexpr size_t kMaxKept = 32;
+  Kept kept_[kMaxKept];
+  size_t keptHead_ = 0, keptCount_ = 0;
+  std::atomic<uint64_t> unackedMax_{0};
+  uint64_t heldFrom() const { return keptCount_ ? kept_[keptHead_].first : curFirst_; }
+  bool awaitingAck_ = false;   // the current send is written and waits for its ack
+  std::string localEnd_, remoteEnd_;  // "ip:port" of the connection, for naming a dead link
 };
 
 }  // namespace tcp

@@ -1,0 +1,111 @@
+"""all_reduce's, all_gather's and reduce_scatter's algorithm by payload, world size and transport
+(docs/algorithms.md): over shared memory the direct path's crossover falls as HETOBS_SMALL_BYTES /
+(n - 1), over TCP it stays at HETOBS_SMALL_BYTES; the ranks' records say which algorithm ran, and
+the results are exact."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _inline import InlineJob
+
+pytestmark = pytest.mark.slow
+
+BODY = r"""
+import json, numpy as np, hetobs
+comm = hetobs.init()
+n, r = comm.size, comm.rank
+bad = []
+for nbytes in (16384, 32768, 65536, 65540):
+    x = np.arange(nbytes // 4, dtype=np.float32) + r
+    comm.all_reduce(x)
+    want = np.arange(nbytes // 4, dtype=np.float32) * n + n * (n - 1) / 2
+    if not np.array_equal(x, want):
+        bad.append(nbytes)
+algos = {}
+for rec in comm.records():
+    if rec.get("op") == "all_reduce":
+        algos[str(rec["bytes"])] = rec["algorithm"]
+print(json.dumps({"bad": bad, "algos": algos}))
+comm.close()
+"""
+
+D, R = "direct", "ring"
+# world, transport -> algorithm at 16 KiB, 32 KiB, 64 KiB, 64 KiB + 4 (default HETOBS_SMALL_BYTES 65536)
+CASES = [
+    (2, "shm", [D, D, D, R]),
+    (3, "shm", [D, D, R, R]),  # threshold 32 KiB
+    (4, "shm", [D, R, R, R]),  # threshold 21.3 KiB
+    (4, "tcp", [D, D, D, R]),
+]
+
+
+@pytest.mark.parametrize("world,transport,want", CASES, ids=[f"w{w}-{t}" for w, t, _ in CASES])
+def test_all_reduce_algorithm_by_size_world_and_transport(core: Any, tmp_path: Path, world: int, transport: str,
+                                                          want: list[str]) -> None:
+    with InlineJob(BODY, world, tmp_path, transport=transport) as job:
+        runs = job.wait(90)
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-3000:] for r in runs]
+    for r in runs:
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert out["bad"] == [], (r.rank, out)
+        got = [out["algos"].get(str(b)) for b in (16384, 32768, 65536, 65540)]
+        assert got == want, (world, transport, r.rank, out["algos"])
+
+
+OTHERS_BODY = r"""
+import json, numpy as np, hetobs
+comm = hetobs.init()
+n, r = comm.size, comm.rank
+bad, algos = [], {}
+for nbytes in (8, 4096, 32768, 32772, 65536, 65540):
+    count = nbytes // 4
+    x = np.arange(count, dtype=np.float32) + r
+    out = np.zeros(count * n, np.float32)
+    comm.all_gather(out, x)  # gathered size count * n * 4
+    if not np.array_equal(out, np.concatenate([np.arange(count, dtype=np.float32) + p for p in range(n)])):
+        bad.append(("all_gather", nbytes))
+    lo, ln = (count // n) * r + min(r, count % n), count // n + (1 if r < count % n else 0)
+    mine = np.zeros(ln, np.float32)
+    comm.reduce_scatter(mine, x)
+    if not np.array_equal(mine, (np.arange(count, dtype=np.float32) * n + n * (n - 1) / 2)[lo:lo + ln]):
+        bad.append(("reduce_scatter", nbytes))
+for rec in comm.records():
+    if rec.get("op") in ("all_gather", "reduce_scatter"):
+        algos.setdefault(rec["op"], {})[str(rec["bytes"])] = rec["algorithm"]
+print(json.dumps({"bad": bad, "algos": algos}))
+comm.close()
+"""
+
+SIZES = (8, 4096, 32768, 32772, 65536, 65540)
+# world, transport, HETOBS_SMALL_BYTES -> {op: algorithm at each size of SIZES (the op's record bytes:
+# all_gather's is the gathered size, world x the input)}
+OTHER_CASES = [
+    (3, "shm", None, {"all_gather": [D, D, R, R, R, R], "reduce_scatter": [D, D, D, R, R, R]}),  # 65536 / 2
+    (4, "tcp", None, {"all_gather": [D, D, R, R, R, R], "reduce_scatter": [D, D, D, D, D, R]}),
+    (3, "shm", "0", {"all_gather": [R] * 6, "reduce_scatter": [R] * 6}),
+]
+
+
+@pytest.mark.parametrize("world,transport,small,want", OTHER_CASES,
+                         ids=[f"w{w}-{t}{'-small=' + s if s else ''}" for w, t, s, _ in OTHER_CASES])
+def test_small_all_gather_and_reduce_scatter_run_direct(core: Any, tmp_path: Path, world: int, transport: str,
+                                                              small: str | None, want: dict[str, list[str]]) -> None:
+    """all_gather (gathered size) and reduce_scatter (input size) up to HETOBS_SMALL_BYTES (divided
+    by n-1 on one host over shared memory, as all_reduce) run the one-round direct algorithm, larger
+    ones the ring, and HETOBS_SMALL_BYTES=0 forces it; the records say which ran, results are exact."""
+    env = {"HETOBS_SMALL_BYTES": small} if small is not None else {}
+    with InlineJob(OTHERS_BODY, world, tmp_path, transport=transport, env=env) as job:
+        runs = job.wait(90)
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-3000:] for r in runs]
+    for r in runs:
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert out["bad"] == [], (r.rank, out["bad"])
+        for op, algs in want.items():
+            sizes = [s * world if op == "all_gather" else s for s in SIZES]
+            got = [out["algos"][op].get(str(s)) for s in sizes]
+            assert got == algs, (op, world, transport, r.rank, out["algos"][op])

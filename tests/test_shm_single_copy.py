@@ -1,0 +1,101 @@
+"""Shared-memory single copy (transport/shm/single_copy.h): large collective messages are read
+by the receiver straight out of the sender's buffer with process_vm_readv. Real ranks check
+each result against numpy and report, per link, the bytes read that way; the kernel's refusal
+(a non-dumpable rank without CAP_SYS_PTRACE) and the setting's "off" fall back to the ring; a
+rank stopped while its peers wait inside the single-copy path is dumped and diagnosed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _inline import InlineJob
+from test_watchdog import dumps, wait_for
+
+pytestmark = pytest.mark.slow
+
+THRESHOLD = "4096"
+# element counts: under the threshold per ring block (7, 1001 at 4 bytes) and over it
+SIZES = [7, 1001, 65540, 300001]
+OFF = str(1 << 62)
+
+
+def _failures(res: dict[str, Any]) -> list[str]:
+    sec = res["sections"]["ops"]
+    return ([f"raised {sec['error']['type']}: {sec['error']['msg']}"] if sec["error"] else []) + sec["failures"]
+
+
+@pytest.mark.parametrize("world,mode", [(2, "on"), (4, "on"), (3, "off"), (2, "refused")])
+def test_collectives_read_large_messages_from_the_peers_buffer(launcher: Any, leak_check: Any, world: int,
+                                                               mode: str) -> None:
+    env = {"HETOBS_SHM_SINGLE_COPY_BYTES": OFF if mode == "off" else THRESHOLD, "HETOBS_SMALL_BYTES": "0"}
+    if mode == "refused":
+        env["HETOBS_DEBUG"] = "DEBUG"
+    job = launcher("single_copy", world, {"sizes": SIZES, "refuse": mode == "refused"}, transport="shm", env=env,
+                   timeout=60.0)
+    res = job.wait()
+    results = res.check()
+    for r in results:
+        assert not _failures(r), (r["rank"], _failures(r))
+        assert sorted(l["peer"] for l in r["links"]) == [p for p in range(world) if p != r["rank"]]
+        # ring algorithms: this rank receives only from its left neighbour
+        left = next(l for l in r["links"] if l["peer"] == (r["rank"] - 1) % world)
+        assert left["transport"] == "shm" and left["bytes_recv"] > 0
+        if mode == "on":
+            # large blocks came in one copy, small ones still through the ring
+            assert 0 < left["single_copy_bytes"] < left["bytes_recv"], left
+        else:
+            assert all(l["single_copy_bytes"] == 0 for l in r["links"]), r["links"]
+    if mode == "refused":
+        for rank in res.ranks:
+            refusals = [ln for ln in rank.stderr.splitlines() if "no single copy" in ln]
+            # logged once per process, with the kernel's reason
+            assert len(refusals) == 1 and "Operation not permitted" in refusals[0], rank.stderr[-3000:]
+
+
+STOPPED = """
+import numpy as np, hetobs, os, signal, json
+comm = hetobs.init()
+x = np.ones(1 << 20, np.float32)
+for i in range(6):
+    if i == 4 and comm.rank == 0:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    x[:] = comm.rank + 1
+    comm.all_reduce(x)
+    assert np.all(x == 6), x[:4]
+print("LINKS", json.dumps(comm.links()), flush=True)
+"""
+
+
+def test_rank_stopped_while_peers_wait_in_single_copy_is_dumped_and_named(tmp_path: Path) -> None:
+    env = {"HETOBS_HANG_TIMEOUT": "1", "HETOBS_TIMEOUT": "60", "HETOBS_SHM_SINGLE_COPY_BYTES": THRESHOLD}
+    with InlineJob(STOPPED, 3, tmp_path, env=env) as job:
+        rank0 = job.procs[0]
+        os.waitpid(rank0.pid, os.WUNTRACED)  # returns once rank 0 is stopped
+        inc = wait_for(lambda: (d := dumps(job).get("hang-c0-s5")) and len(d) == 2 and d, 20, "two dumps")
+        assert sorted(inc) == [1, 2]
+        for d in inc.values():
+            flight = d["comms"][0]["in_flight"]
+            assert flight["op"] == "all_reduce" and flight["collective_seq_id"] == 5, flight
+        # rank 2 named its block to rank 0 (its right) and waits for rank 0 to read it: over the
+        # ring (two copies) that send would be done, the block sitting in rank 0's ring
+        to0 = next(p for p in inc[2]["comms"][0]["in_flight"]["peers"] if p["peer"] == 0)["send"]
+        assert to0["sent"] >= 1 and to0["acked"] == 0 and to0["done"] == 0, to0
+        proc = subprocess.run([sys.executable, "-m", "hetobs.cli", "diagnose", "--job", job.job_id, "--dir",
+                               str(job.dir), "--json"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        faults = [v for v in json.loads(proc.stdout)["verdicts"] if v["kind"] not in ("straggler", "slow_link")]
+        assert faults and {r for v in faults for r in v["ranks"]} == {0}, faults
+        os.kill(rank0.pid, signal.SIGCONT)
+        runs = job.wait(60)
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    for r in runs:
+        links = json.loads(r.stdout.split("LINKS ", 1)[1])
+        assert any(l["single_copy_bytes"] > 0 for l in links), links  # the ops above went the single-copy way
