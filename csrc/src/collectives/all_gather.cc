@@ -3,6 +3,10 @@
 //    receives theirs into place: one round of messages instead of n-1 dependent steps
 //    (each a wake-up of the next rank), the same bytes per rank as the ring.
 //  - ring: n-1 steps; each rank forwards the block it received last step.
+// Both send this rank's own block from the caller's input, and copy it into the output
+// last: sent from the output, it was a block this core had just written, which the
+// peer's single-copy read then pulled out of our cache while our next op's copy wrote it
+// again (2 ranks, 256 KiB: 23 us against 7.9 us in place; Open MPI 13 us).
 #include <cstring>
 
 #include "hetobs/collectives/algorithm.h"
@@ -20,7 +24,7 @@ void ring(Communicator& c, const OpArgs& a, size_t bytes) {
   for (int k = 0; k < n - 1; ++k) {
     SendItem send{};
     send.peer = right;
-    send.data = out + size_t(mod(r - k, n)) * bytes;
+    send.data = k == 0 ? a.send : out + size_t(mod(r - k, n)) * bytes;
     send.len = bytes;
     RecvItem recv{};
     recv.peer = left;
@@ -35,11 +39,12 @@ void ring(Communicator& c, const OpArgs& a, size_t bytes) {
 void allGather(Communicator& c, const OpArgs& a) {
   const int r = c.rank();
   const size_t bytes = a.send_count * dtypeSize(a.dtype);
-  uint8_t* out = a.recv;
-  if (bytes && out + size_t(r) * bytes != a.send) memcpy(out + size_t(r) * bytes, a.send, bytes);
-  if (c.size() == 1) return;
-  if (chooseAlgorithm(c, a) == Algorithm::kDirect) return direct(c, a, bytes);
-  ring(c, a, bytes);
+  uint8_t* mine = a.recv + size_t(r) * bytes;
+  if (c.size() > 1) {
+    if (chooseAlgorithm(c, a) == Algorithm::kDirect) direct(c, a, bytes);
+    else ring(c, a, bytes);
+  }
+  if (bytes && mine != a.send) memcpy(mine, a.send, bytes);
 }
 
 }  // namespace hetobs

@@ -30,7 +30,7 @@ void broadcast(Communicator& c, const OpArgs& a) {
     if (doSend) {
       send.peer = next;
       send.data = seg(sendSeg, &send.len);
-      send.peerMayRead = chainPeerMayRead(n);
+      send.peerMayRead = chainPeerMayRead(n, bytes);
       ns = 1;
     }
     if (pos > 0 && s < segs) {

@@ -49,7 +49,7 @@ void reduce(Communicator& c, const OpArgs& a) {
       recv.redop = a.redop;
       nr = 1;
     }
-    send.peerMayRead = chainPeerMayRead(n);
+    send.peerMayRead = chainPeerMayRead(n, bytes);
     if (ns || nr) c.exchange(&send, ns, &recv, nr);
   }
   if (pos == n - 1 && a.redop == RedOp::kAvg) divideBy(a.dtype, a.recv, a.send_count, double(n));

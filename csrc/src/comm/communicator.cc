@@ -155,6 +155,18 @@ std::shared_ptr<Work> Communicator::submit(const OpArgs& args, bool async) {
   if (failed_.load())
     throw AbortedError(strFormat("communicator %llu is unusable after an earlier failure: %s",
                                  (unsigned long long)id_, cause_.c_str()));
+  // A blocking op starts as it is enqueued: one clock read for both (~30 ns each here).
+  auto runHere = [&] {
+    std::lock_guard<std::mutex> ex(execMu_);
+    int64_t now = monoNs();
+    execute(args, now, now);
+  };
+  // A blocking op with nothing queued runs without the queue's lock: pending_ only grows
+  // under it, and this thread's own earlier async ops were counted before they returned.
+  if (!async && pending_.load(std::memory_order_acquire) == 0) {
+    runHere();
+    return nullptr;
+  }
   std::unique_lock<std::mutex> lk(qmu_);
   if (async || pending_ > 0) {
     if (!worker_.joinable()) worker_ = std::thread([this] { workerLoop(); });
@@ -168,10 +180,7 @@ std::shared_ptr<Work> Communicator::submit(const OpArgs& args, bool async) {
     return nullptr;
   }
   lk.unlock();
-  std::lock_guard<std::mutex> ex(execMu_);
-  // A blocking op starts as it is enqueued: one clock read for both (~30 ns each here).
-  int64_t now = monoNs();
-  execute(args, now, now);
+  runHere();
   return nullptr;
 }
 

@@ -288,7 +288,19 @@ void Communicator::waitForEvents(SendItem* sends, size_t ns, RecvItem* recvs, si
     }
   }
   if (shmPending && segment_) {
-    segment_->header()->bell.wait(bellSeen, tcpPending ? 100000 : sleepNs);
+    // Shared-memory peers ring only an announced waiter: look at their rings once more.
+    auto moved = [&] {
+      for (size_t i = 0; i < ns; ++i) {
+        const Channel* ch = channels_[size_t(sends[i].peer)].get();
+        if (!sends[i].done && ch->isShm() && ch->peerMovedSinceLastLook(true, false)) return true;
+      }
+      for (size_t i = 0; i < nr; ++i) {
+        const Channel* ch = channels_[size_t(recvs[i].peer)].get();
+        if (!recvs[i].done && ch->isShm() && ch->peerMovedSinceLastLook(false, true)) return true;
+      }
+      return false;
+    };
+    segment_->header()->bell.waitUnless(bellSeen, tcpPending ? 100000 : sleepNs, moved);
   }
 }
 

@@ -16,12 +16,18 @@ void Doorbell::ring() {
 }
 
 void Doorbell::wait(uint32_t seen, int64_t timeoutNs) {
-  if (timeoutNs <= 0) return;
+  waitUnless(seen, timeoutNs, [] { return false; });
+}
+
+void Doorbell::ringIfWaiting() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // our publication before the look at waiters
+  if (waiters.load(std::memory_order_relaxed) != 0) ring();
+}
+
+void Doorbell::sleepWhile(uint32_t seen, int64_t timeoutNs) {
   timespec ts{time_t(timeoutNs / 1000000000LL), long(timeoutNs % 1000000000LL)};
-  waiters.fetch_add(1, std::memory_order_seq_cst);
   if (seq.load(std::memory_order_seq_cst) == seen)
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&seq), FUTEX_WAIT, seen, &ts, nullptr, 0);
-  waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 }  // namespace hetobs

@@ -43,10 +43,13 @@ constexpr size_t kSegmentBytes = 512 * 1024;
 // Segments pipeline the chain through its middle ranks; two ranks have none, and there each
 // segment would only add a round trip, so the message goes whole.
 inline size_t chainSegmentBytes(int n, size_t bytes) { return n == 2 && bytes > kSegmentBytes ? bytes : kSegmentBytes; }
-// Whether a chain's sends may be read by the receiver itself (shm single copy). With two ranks
-// the two copies run in parallel (the sender's into the ring, the receiver's out of it), faster
-// than the receiver's one (process_vm_readv copies at ~0.65 of memcpy); middle ranks copy
-// twice, so from three ranks one copy wins (docs/algorithms.md).
-inline bool chainPeerMayRead(int n) { return n > 2; }
+// Whether a chain's sends of an op of `bytes` may be read by the receiver itself (shm single
+// copy). Middle ranks copy twice through the ring, so from three ranks one copy wins. With
+// two ranks the ring's two copies run side by side (the sender's into frame k+1 while the
+// receiver's out of frame k): one copy wins up to 1 MiB, the ring beyond, where the
+// receiver's process_vm_readv of memory out of cache copies at ~0.65 of memcpy (2-rank
+// broadcast busbw vs Open MPI: 256 KiB 0.69 -> 1.08 with one copy; 4 MiB 1.15 -> 0.83).
+constexpr size_t kTwoRankChainSingleCopyMaxBytes = 1 << 20;
+inline bool chainPeerMayRead(int n, size_t bytes) { return n > 2 || bytes <= kTwoRankChainSingleCopyMaxBytes; }
 
 }  // namespace hetobs

@@ -249,7 +249,7 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
     std::shared_ptr<Work> work;
   };
   std::deque<Task> queue_;
-  int pending_ = 0;
+  std::atomic<int> pending_{0};
   bool stopWorker_ = false;
   std::thread worker_;
 };

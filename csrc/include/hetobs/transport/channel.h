@@ -109,6 +109,14 @@ class Channel {
   virtual bool peekData(FrameHeader* out) = 0;
   // Whether the peer's end is closed (EOF seen on its connection).
   virtual bool peerClosed() const = 0;
+  // Shared memory: the peer moved what a waiting op needs since this end's progress last
+  // looked (data in for a receive; room freed or frames acknowledged for a send). Re-read by
+  // a waiter after it announced itself on its doorbell, before it sleeps (Doorbell::waitUnless).
+  virtual bool peerMovedSinceLastLook(bool sending, bool receiving) const {
+    (void)sending;
+    (void)receiving;
+    return false;
+  }
   // The unfinished send item is written and waits only for the peer's ack (poll for input, not output).
   virtual bool sendWaitsForAck() const { return false; }
   // The peer holds everything of the done `item`: its bytes may change (SendItem::keep).

@@ -29,6 +29,7 @@ class ShmChannel : public Channel {
   bool peekData(FrameHeader* out) override;
   void sendAbort(const std::string& body) override;
   bool peerClosed() const override { return closed_; }
+  bool peerMovedSinceLastLook(bool sending, bool receiving) const override;
   int pollFd() const override { return ctl_; }
   bool isShm() const override { return true; }
   const char* kind() const override { return "shm"; }
@@ -38,6 +39,8 @@ class ShmChannel : public Channel {
   void copyOut(uint64_t pos, void* dst, size_t len) const;       // from the in ring
   void copyIn(uint64_t pos, const void* src, size_t len);        // into the out ring
   [[noreturn]] void throwClosed(const char* during);
+  // Frame size for a message of `len` bytes through the ring (see kPiecesPerMessage).
+  uint64_t pieceBytes(size_t len) const;
   bool sendsSingleCopy(const SendItem& item, const OpDesc& desc) const;
   void receiveSingleCopy(RecvItem& item, const FrameHeader& h);  // read the named bytes from the sender
 
@@ -53,6 +56,9 @@ class ShmChannel : public Channel {
   uint64_t maxPiece_;
   uint64_t head_ = 0;  // our producer position in out_
   uint64_t tail_ = 0;  // our consumer position in in_
+  // What progressSend last saw of the peer's side of out_ (peerMovedSinceLastLook).
+  uint64_t seenOutTail_ = 0;
+  uint64_t seenAcked_ = 0;
   // Single copy. Receiving: whether we can read the peer's memory (and told it so), its pid,
   // and a cache-sized buffer a reduction reads the peer's bytes into. Sending: the frame
   // count (framesSent_) the peer must acknowledge before the buffer may be let go.
