@@ -179,6 +179,7 @@ std::string Runtime::dump(const DumpRequest& asked) {
     writeRanks(w, "asked", answers.asked);
     writeRanks(w, "answered", answers.answered);
     writeRanks(w, "unanswered", answers.unanswered);
+    writeRanks(w, "coordinators_asked", req.start_asks.asked);
     w.endObject();
     if (req.origin >= 0) {  // the job-wide spread this dump belongs to (docs/dump-schema.md)
       w.key("spread").beginObject();

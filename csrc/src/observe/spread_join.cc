@@ -62,14 +62,15 @@ void Runtime::joinOrStartSpread(DumpRequest req) {
   }
   for (int c = 0; c < kCoordinators && c < cfg_.world_size; ++c) {
     if (c == cfg_.rank) break;  // the next coordinator is this rank: start it here
-    // Registered before asking: the spread may reach us before the coordinator answers.
+    // Registered, with this ask in it, before asking: the spread may reach us before the
+    // coordinator answers, and the dump it makes must still say whom this rank asked.
+    req.start_asks.asked.push_back(c);
     {
       std::lock_guard<std::mutex> g(mu_);
       joins_[req.incident] = PendingJoin{req, monoNs() + kJoinWaitNs};
     }
     bool ok = askToStartSpread(c, req);
     std::lock_guard<std::mutex> g(mu_);
-    req.start_asks.asked.push_back(c);
     (ok ? req.start_asks.answered : req.start_asks.unanswered).push_back(c);
     auto it = joins_.find(req.incident);
     if (it == joins_.end()) return;  // the spread reached us meanwhile and took the join
@@ -98,6 +99,10 @@ void Runtime::takeJoin(DumpRequest* req) {
   }
   req->hang_detected_ns = own.hang_detected_ns;
   req->start_asks = own.start_asks;
+  // The last ask may still be in flight; a spread started by that coordinator is its answer.
+  PeerAnswers& asks = req->start_asks;
+  bool pending = asks.asked.size() > asks.answered.size() + asks.unanswered.size();
+  if (pending && asks.asked.back() == req->origin) asks.answered.push_back(req->origin);
   joins_.erase(it);
 }
 
