@@ -325,6 +325,81 @@ def test_fast_entries_equal_general_path_and_decline_what_it_explains(core: Any,
         assert "root=" in e["bc-root-range"] and "root=True" in e["bc-root-bool"] and "numpy array" in e["bc-list"], e
 
 
+FRONTS_BODY = r"""
+import gc, json, types, weakref, numpy as np, hetobs
+gc.disable()  # the communicator must go by reference counting: the fronts make no cycle
+comm = hetobs.init()
+R, n = comm.rank, comm.size
+fronted = {name: isinstance(getattr(comm, name), types.BuiltinFunctionType)
+           for name in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")}
+x = np.full(5, R + 1.0, np.float32)
+comm.all_reduce(x)                                     # the front itself
+sums = [float(x[0])]
+y = np.full(5, R + 1.0, np.float32)
+comm.all_reduce(y, "max")                              # an op name: the general path
+w = comm.all_reduce(np.full(3, 2.0), async_op=True)    # keywords: the general path
+w.wait()
+out = np.zeros(3 * n, np.float32)
+comm.all_gather(out, np.full(3, float(R), np.float32))
+rs = np.zeros(2, np.float64)
+comm.reduce_scatter(rs, np.ones(2 * n))
+b = np.full(4, float(R), np.float32)
+comm.broadcast(b, n - 1)
+b2 = np.full(4, float(R), np.float32)
+comm.broadcast(b2)
+errors = {}
+for name, call in [("redop-number", lambda: comm.all_reduce(x, 0)), ("list", lambda: comm.all_reduce([1.0])),
+                   ("root-range", lambda: comm.broadcast(b, n)), ("unknown-keyword", lambda: comm.all_reduce(x, bogus=1)),
+                   ("too-many", lambda: comm.all_gather(out, x, 1, 2, 3))]:
+    try:
+        call()
+        errors[name] = None
+    except (ValueError, TypeError) as e:
+        errors[name] = f"{type(e).__name__}: {e}"
+front, ref = comm.all_reduce, weakref.ref(comm)
+comm.close()
+del comm
+gone = ref() is None
+after = {}
+for name, arg in [("fast", x), ("general", [1.0])]:  # the native communicator is closed; the object gone
+    try:
+        front(arg)
+        after[name] = None
+    except Exception as e:
+        after[name] = f"{type(e).__name__}: {e}"
+print(json.dumps({"fronted": fronted, "sums": sums, "max": float(y[0]), "gather": out.tolist(), "rs": rs.tolist(),
+                  "bcast": [float(b[0]), float(b2[0])], "errors": errors, "gone": gone, "after": after}))
+"""
+
+
+def test_public_methods_are_fronts_that_hand_other_calls_to_the_general_path(core: Any, tmp_path: Path) -> None:
+    """A Communicator's all_reduce, all_gather, reduce_scatter and broadcast are C fronts
+    (fast_front): the commonest call runs in C; an op name, keywords, bad arguments go to the
+    Python method with its results and errors (an op given as a number is refused, not taken for
+    sum); the front holds its communicator object weakly, so dropping it frees it without the
+    cycle collector; a front kept past that raises the closed communicator's error, or
+    ReferenceError where it needs the object."""
+    import json
+
+    from _inline import InlineJob
+
+    with InlineJob(FRONTS_BODY, 2, tmp_path, transport="shm") as job:
+        runs = job.wait(60)
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-3000:] for r in runs]
+    for rank, r in enumerate(runs):
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert all(out["fronted"].values()), out["fronted"]
+        assert out["sums"] == [3.0] and out["max"] == 2.0, out
+        assert out["gather"] == [0.0] * 3 + [1.0] * 3 and out["rs"] == [2.0, 2.0] and out["bcast"] == [1.0, 0.0], out
+        e = out["errors"]
+        assert e["redop-number"].startswith("ValueError: op=0") and "numpy array" in e["list"], e
+        assert e["root-range"].startswith("ValueError: root=2"), e
+        assert e["unknown-keyword"].startswith("TypeError") and "bogus" in e["unknown-keyword"], e
+        assert e["too-many"].startswith("TypeError"), e
+        assert out["gone"] and out["after"]["fast"] == "HetobsError: communicator 0 is closed", out
+        assert out["after"]["general"].startswith("ReferenceError") and "gone" in out["after"]["general"], out
+
+
 POLICY_BODY = r"""
 import json, numpy as np, hetobs
 comm = hetobs.init()

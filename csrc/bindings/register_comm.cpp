@@ -1,6 +1,5 @@
 // Endpoint, Communicator and Work. Every call that can block releases the GIL, so
 // Python threads (a watchdog, an exporter) keep running while a collective waits.
-#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -17,6 +16,7 @@
 #include "hetobs/observe/runtime.h"
 #include "hetobs/relay/copy_lane.h"
 #include "hetobs/relay/relay.h"
+#include "fast_entry.h"
 #include "register.h"
 
 namespace py = pybind11;
@@ -48,83 +48,6 @@ OpArgs makeArgs(int op, uintptr_t sptr, size_t scount, uintptr_t rptr, size_t rc
   return a;
 }
 
-// The fast path of a blocking in-place all_reduce on a numpy array: the array's own fields
-// read here (pybind11's view of numpy's C structs: no buffer-protocol export, no Python
-// checks, no ten-argument call). Anything unusual (another type, non-contiguous, read-only,
-// byte-swapped, a dtype or reduction needing the careful path) returns false and leaves the
-// caller's slow path to explain it.
-struct NumpyDType {
-  int num;
-  DType dtype;
-};
-
-const std::vector<NumpyDType>& numpyDTypes() {
-  // Built once with the GIL held; "q" (long long) is int64 too under another type number.
-  static const std::vector<NumpyDType> table = [] {
-    std::vector<NumpyDType> t;
-    for (auto [name, d] : {std::pair<const char*, DType>{"int8", DType::kInt8}, {"uint8", DType::kUint8},
-                           {"int32", DType::kInt32}, {"int64", DType::kInt64}, {"q", DType::kInt64},
-                           {"float16", DType::kFloat16}, {"float32", DType::kFloat32}, {"float64", DType::kFloat64}})
-      t.push_back({py::dtype(std::string(name)).num(), d});
-    return t;
-  }();
-  return table;
-}
-
-// A C-contiguous native-order numpy array of a dtype the fast paths take, read from the
-// array's own fields.
-struct NumpyView {
-  uint8_t* data = nullptr;
-  size_t count = 0;
-  DType dtype = DType::kUint8;
-  bool writable = false;
-};
-
-bool numpyView(PyObject* obj, NumpyView* v) {
-  const auto& api = py::detail::npy_api::get();
-  if (!api.PyArray_Check_(obj)) return false;
-  auto* arr = py::detail::array_proxy(obj);
-  if (!(arr->flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_)) return false;
-  auto* descr = py::detail::array_descriptor_proxy(arr->descr);
-  if (descr->byteorder == '>') return false;
-  bool found = false;
-  for (const auto& e : numpyDTypes())
-    if (e.num == descr->type_num) {
-      v->dtype = e.dtype;
-      found = true;
-      break;
-    }
-  if (!found) return false;
-  size_t count = 1;
-  for (int i = 0; i < arr->nd; ++i) count *= size_t(arr->dimensions[i]);
-  v->data = reinterpret_cast<uint8_t*>(arr->data);
-  v->count = count;
-  v->writable = (arr->flags & py::detail::npy_api::NPY_ARRAY_WRITEABLE_) != 0;
-  return true;
-}
-
-// Fills *a's type, pointers and counts from a writable C-contiguous native-order array.
-bool numpyInPlace(PyObject* obj, OpArgs* a) {
-  NumpyView v;
-  if (!numpyView(obj, &v) || !v.writable) return false;
-  a->dtype = v.dtype;
-  a->send = v.data;
-  a->recv = v.data;
-  a->send_count = a->recv_count = v.count;
-  return true;
-}
-
-// *a's buffers from (out, x) arrays of one dtype, out writable.
-bool numpyOutIn(PyObject* out, PyObject* x, OpArgs* a) {
-  NumpyView o, i;
-  if (!numpyView(out, &o) || !o.writable || !numpyView(x, &i) || o.dtype != i.dtype) return false;
-  a->dtype = o.dtype;
-  a->send = i.data;
-  a->send_count = i.count;
-  a->recv = o.data;
-  a->recv_count = o.count;
-  return true;
-}
 
 // An async relay: its completion and, once complete, what it measured.
 struct RelayWork {
@@ -292,130 +215,6 @@ IslandPhases phasesFrom(const py::object& obj) {
   return ph;
 }
 
-// Releases the GIL with PyEval_SaveThread directly: pybind11's gil_scoped_release also looks
-// up its internals and thread-state key, measurable on an op of ~1 us.
-struct ReleaseGil {
-  PyThreadState* state = PyEval_SaveThread();
-  ~ReleaseGil() { PyEval_RestoreThread(state); }
-};
-
-bool floatingDType(DType d) { return d == DType::kFloat16 || d == DType::kFloat32 || d == DType::kFloat64; }
-
-// A reduction code the fast path runs itself: avg only on floating dtypes.
-bool fastRedop(long redop, DType dtype, OpArgs* a) {
-  if (redop < 0 || redop >= long(RedOp::kOther)) return false;
-  a->redop = RedOp(redop);
-  return a->redop != RedOp::kAvg || floatingDType(dtype);
-}
-
-// Which in-place all_reduce the fast path may run: false when `x` or `redop` needs the
-// general path (nothing run then).
-bool fastAllReduceArgs(PyObject* x, long redop, OpArgs* a) {
-  a->op = OpKind::kAllReduce;
-  return numpyInPlace(x, a) && fastRedop(redop, a->dtype, a);
-}
-
-// A plain Python int (not a bool, a numpy integer or anything else the general path
-// explains), fitting a long.
-bool exactInt(PyObject* o, long* v) {
-  if (!PyLong_CheckExact(o)) return false;
-  *v = PyLong_AsLong(o);
-  if (*v == -1 && PyErr_Occurred()) {
-    PyErr_Clear();
-    return false;
-  }
-  return true;
-}
-
-// The fast entries from Python: a blocking op on numpy arrays whose every check is made
-// here, on the arrays' own fields. A fill returns false (nothing run, no Python error set)
-// for whatever the general path in hetobs/comm.py must check or explain.
-using FastFill = bool (*)(const Communicator& c, PyObject* const* args, OpArgs* a);
-
-bool fillAllReduce(const Communicator&, PyObject* const* args, OpArgs* a) {
-  long redop;
-  return exactInt(args[1], &redop) && fastAllReduceArgs(args[0], redop, a);
-}
-
-bool fillAllGather(const Communicator& c, PyObject* const* args, OpArgs* a) {
-  a->op = OpKind::kAllGather;
-  return numpyOutIn(args[0], args[1], a) && a->recv_count == a->send_count * size_t(c.size());
-}
-
-bool fillReduceScatter(const Communicator& c, PyObject* const* args, OpArgs* a) {
-  a->op = OpKind::kReduceScatter;
-  long redop;
-  return exactInt(args[2], &redop) && numpyOutIn(args[0], args[1], a) && fastRedop(redop, a->dtype, a) &&
-         a->recv_count == blockOf(a->send_count, c.size(), c.rank()).count;
-}
-
-bool fillBroadcast(const Communicator& c, PyObject* const* args, OpArgs* a) {
-  a->op = OpKind::kBroadcast;
-  long root;
-  if (!exactInt(args[1], &root) || root < 0 || root >= c.size()) return false;
-  a->root_or_peer = int(root);
-  return numpyInPlace(args[0], a);
-}
-
-struct FastEntry {
-  const char* op;
-  const char* usage;
-  Py_ssize_t nargs;
-  FastFill fill;
-};
-
-const FastEntry kFastEntries[] = {
-    {"all_reduce", "all_reduce(x, redop)", 2, fillAllReduce},
-    {"all_gather", "all_gather(out, x)", 2, fillAllGather},
-    {"reduce_scatter", "reduce_scatter(out, x, redop)", 3, fillReduceScatter},
-    {"broadcast", "broadcast(x, root)", 2, fillBroadcast},
-};
-constexpr size_t kFastCount = sizeof(kFastEntries) / sizeof(kFastEntries[0]);
-
-// What a bound entry's capsule holds.
-struct FastBound {
-  std::shared_ptr<Communicator> comm;
-  const FastEntry* entry;
-};
-
-constexpr const char* kFastCapsule = "hetobs.Communicator.fast";
-
-// An entry without pybind11's dispatcher (overload loop, argument casters: ~150-200 ns a
-// call here): a METH_FASTCALL function bound to a capsule holding the communicator and the
-// entry. Returns True when it ran the op, False when it declined.
-PyObject* fastRun(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  auto* b = static_cast<FastBound*>(PyCapsule_GetPointer(self, kFastCapsule));
-  if (!b) return nullptr;
-  if (nargs != b->entry->nargs) {
-    PyErr_Format(PyExc_TypeError, "%s: expected %zd arguments, got %zd", b->entry->usage, b->entry->nargs, nargs);
-    return nullptr;
-  }
-  OpArgs a;
-  if (!b->entry->fill(*b->comm, args, &a)) Py_RETURN_FALSE;
-  try {
-    ReleaseGil nogil;  // the caller's references keep the arrays (and their memory) alive meanwhile
-    b->comm->submit(a, false);
-  } catch (...) {
-    py::detail::try_translate_exceptions();  // the same Python error pybind11 would raise
-    return nullptr;
-  }
-  Py_RETURN_TRUE;
-}
-
-// One method definition per entry (its __name__), all calling fastRun; they must outlive
-// every function made from them.
-PyMethodDef* fastDef(size_t i) {
-  static PyMethodDef defs[kFastCount];
-  static const bool made = [] {
-    for (size_t k = 0; k < kFastCount; ++k)
-      defs[k] = PyMethodDef{kFastEntries[k].op, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fastRun)),
-                            METH_FASTCALL, "A blocking op of this communicator on numpy arrays, without pybind11's "
-                                           "dispatch: True when it ran, False when the general path must."};
-    return true;
-  }();
-  (void)made;
-  return &defs[i];
-}
 
 }  // namespace
 
@@ -471,26 +270,21 @@ void registerComm(py::module_& m) {
           "the array needs the general path.")
       .def(
           "fast_entry",
-          [](std::shared_ptr<Communicator> c, const std::string& op) {
-            size_t i = 0;
-            while (i < kFastCount && op != kFastEntries[i].op) ++i;
-            if (i == kFastCount)
-              throw py::value_error("fast_entry: no fast path for op '" + op +
-                                    "' (all_reduce, all_gather, reduce_scatter, broadcast)");
-            PyObject* cap = PyCapsule_New(new FastBound{std::move(c), &kFastEntries[i]}, kFastCapsule, [](PyObject* o) {
-              delete static_cast<FastBound*>(PyCapsule_GetPointer(o, kFastCapsule));
-            });
-            if (!cap) throw py::error_already_set();
-            PyObject* f = PyCFunction_New(fastDef(i), cap);
-            Py_DECREF(cap);  // the function holds it
-            if (!f) throw py::error_already_set();
-            return py::reinterpret_steal<py::object>(f);
-          },
+          [](std::shared_ptr<Communicator> c, const std::string& op) { return fastEntry(std::move(c), op); },
           py::arg("op"),
           "`op`'s fast path bound to this communicator as a plain C function (a small op's entry from "
           "Python without pybind11's per-call dispatch): all_reduce(x, redop), all_gather(out, x), "
           "reduce_scatter(out, x, redop), broadcast(x, root). Each returns True when it ran the op, False "
           "(nothing run) when its arguments need the general path.")
+      .def(
+          "fast_front",
+          [](std::shared_ptr<Communicator> c, const std::string& op, py::object method, py::object owner) {
+            return fastFront(std::move(c), op, std::move(method), std::move(owner));
+          },
+          py::arg("op"), py::arg("method"), py::arg("owner"),
+          "The public method `op` of `owner` (a hetobs.Communicator) as a C function: its commonest call "
+          "(numpy arrays, default reduction or a root, no keywords) runs in C; any other calls "
+          "method(owner, ...). `owner` is held weakly.")
       .def(
           "run_loop",
           // The same op `iters` times back to back without returning to Python (GIL released
