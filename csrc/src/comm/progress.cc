@@ -141,11 +141,14 @@ void Communicator::exchange(SendItem* sends, size_t ns, RecvItem* recvs, size_t 
     moved |= driveItems(recvs, nr, &all,
                         [&](RecvItem& r) { return channels_[size_t(r.peer)]->progressRecv(r, expectFrom(r.peer)); });
     if (all) break;
-    int64_t now = monoNs();
+    // A step that moved restarts the idle count; the clock is read at the next that did
+    // not (an 8 B op moves its send at once, then waits: one read fewer per op).
     if (moved) {
-      lastMove = now;
+      lastMove = -1;
       continue;
     }
+    int64_t now = monoNs();
+    if (lastMove < 0) lastMove = now;
     pollControlWhenDue(now, &nextControl, seg);
     if (now >= deadlineNs_) timeoutError(sends, ns, recvs, nr);
     throwIfAbortRequested();

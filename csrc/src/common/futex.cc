@@ -7,6 +7,8 @@
 #include <climits>
 #include <ctime>
 
+#include "hetobs/common/asymmetric_fence.h"
+
 namespace hetobs {
 
 void Doorbell::ring() {
@@ -19,10 +21,15 @@ void Doorbell::wait(uint32_t seen, int64_t timeoutNs) {
   waitUnless(seen, timeoutNs, [] { return false; });
 }
 
-void Doorbell::ringIfWaiting() {
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // our publication before the look at waiters
+void Doorbell::ringIfWaiting(bool lightFence) {
+  // Our publication before the look at waiters: a full fence, or, where the waiter's heavy
+  // fence stands in for it, only the compiler's.
+  if (lightFence) std::atomic_signal_fence(std::memory_order_seq_cst);
+  else std::atomic_thread_fence(std::memory_order_seq_cst);
   if (waiters.load(std::memory_order_relaxed) != 0) ring();
 }
+
+void Doorbell::heavyFenceForWaiter() { heavyFence(); }
 
 void Doorbell::sleepWhile(uint32_t seen, int64_t timeoutNs) {
   timespec ts{time_t(timeoutNs / 1000000000LL), long(timeoutNs % 1000000000LL)};

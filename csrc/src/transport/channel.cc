@@ -84,7 +84,7 @@ void Channel::noteRecvDone(RecvItem& item) {
 }
 
 void Channel::noteActivity() {
-  int64_t now = monoNs();
+  int64_t now = monoCoarseNs();  // read in seconds (progress, hang diagnosis), written per frame
   progress().last_change_ns.store(now, std::memory_order_relaxed);
   counters().last_activity_ns.store(now, std::memory_order_relaxed);
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "hetobs/collectives/reduce_kernels.h"
+#include "hetobs/common/asymmetric_fence.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/env_config.h"
 #include "hetobs/common/log.h"
@@ -42,6 +43,8 @@ ShmChannel::ShmChannel(PeerInfo peer, int controlFd, Segment* mine, std::shared_
   cap_ = mine_->ringBytes();
   // Several frames in flight let the receiver drain one while the sender fills the next.
   maxPiece_ = std::max<uint64_t>(kAlign, cap_ / 4);
+  // Registers this process for membarriers (asymmetric_fence.h) before its first ring.
+  lightFence_ = asymmetricFencesAvailable() && theirs_->header()->bell.heavy_waiter.load(std::memory_order_acquire) == 1;
   head_ = out_->head.load(std::memory_order_relaxed);
   tail_ = in_->tail.load(std::memory_order_relaxed);
   setNonBlocking(ctl_, true);
@@ -113,7 +116,7 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
     if (piece && !named) copyIn(head_ + kAlign, item.data + item.offset, size_t(piece));
     head_ += kAlign + (named ? 0 : roundUp(piece));
     out_->head.store(head_, std::memory_order_release);
-    theirs_->header()->bell.ringIfWaiting();
+    theirs_->header()->bell.ringIfWaiting(lightFence_);
     LinkCounters::add(counters().bytes_sent, piece);
     noteFrameSent(item, size_t(piece));
     if (named) namedUntil_ = framesSent_;
@@ -183,7 +186,7 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
     LinkCounters::add(counters().bytes_recv, len);
     noteFrameReceived(item, len);
     in_->consumed_frames.store(framesRecv_, std::memory_order_release);
-    theirs_->header()->bell.ringIfWaiting();  // the sender may wait for space or acks
+    theirs_->header()->bell.ringIfWaiting(lightFence_);  // the sender may wait for space or acks
     if (item.offset == item.len) noteRecvDone(item);
   }
   if (item.done) return true;

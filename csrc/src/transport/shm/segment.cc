@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <new>
 
+#include "hetobs/common/asymmetric_fence.h"
 #include "hetobs/common/error.h"
 #include "hetobs/transport/shm/single_copy.h"
 
@@ -72,6 +73,8 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, uint32_t nslot
   h->owner_pid = int32_t(getpid());
   h->probe_addr = reinterpret_cast<uint64_t>(probeWord());
   h->probe_value = *probeWord();
+  // This rank's waits on its bell take a heavy fence where it can, so producers may not fence.
+  h->bell.heavy_waiter.store(asymmetricFencesAvailable() ? 1 : 0, std::memory_order_relaxed);
   for (uint32_t s = 0; s < nslots; ++s)
     new (base + kHeaderBytes + size_t(s) * (kCtlBytes + ringBytes)) RingCtl();
   std::atomic_thread_fence(std::memory_order_release);

@@ -63,6 +63,7 @@ class ShmChannel : public Channel {
   // and a cache-sized buffer a reduction reads the peer's bytes into. Sending: the frame
   // count (framesSent_) the peer must acknowledge before the buffer may be let go.
   bool readsPeer_ = false;
+  bool lightFence_ = false;  // the peer's waits take a heavy fence: ours after a publication need not
   int peerPid_ = 0;
   std::vector<uint8_t> reduceBuf_;
   uint64_t namedUntil_ = 0;
