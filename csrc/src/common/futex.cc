@@ -7,8 +7,6 @@
 #include <climits>
 #include <ctime>
 
-#include "hetobs/common/asymmetric_fence.h"
-
 namespace hetobs {
 
 void Doorbell::ring() {
@@ -28,8 +26,6 @@ void Doorbell::ringIfWaiting(bool lightFence) {
   else std::atomic_thread_fence(std::memory_order_seq_cst);
   if (waiters.load(std::memory_order_relaxed) != 0) ring();
 }
-
-void Doorbell::heavyFenceForWaiter() { heavyFence(); }
 
 void Doorbell::sleepWhile(uint32_t seen, int64_t timeoutNs) {
   timespec ts{time_t(timeoutNs / 1000000000LL), long(timeoutNs % 1000000000LL)};

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "hetobs/common/asymmetric_fence.h"
+
 namespace hetobs {
 
 struct alignas(64) Doorbell {
@@ -28,12 +30,13 @@ struct alignas(64) Doorbell {
   void ringIfWaiting(bool lightFence = false);
   // wait(), unless news() (the waiter's own condition, re-read after it announced itself)
   // says there is something to do. Either the producer sees the announcement and rings, or
-  // this sees the producer's publication: the seq_cst fences on both sides order them.
+  // this sees the producer's publication: full fences on both sides order them, or this
+  // side's heavy fence with the producer's compiler barrier (heavy_waiter).
   template <class News>
   void waitUnless(uint32_t seen, int64_t timeoutNs, News news) {
     if (timeoutNs <= 0) return;
     waiters.fetch_add(1, std::memory_order_seq_cst);
-    if (heavy_waiter.load(std::memory_order_relaxed)) heavyFenceForWaiter();
+    if (heavy_waiter.load(std::memory_order_relaxed)) heavyFence();
     else std::atomic_thread_fence(std::memory_order_seq_cst);
     if (!news()) sleepWhile(seen, timeoutNs);
     waiters.fetch_sub(1, std::memory_order_seq_cst);
@@ -41,7 +44,6 @@ struct alignas(64) Doorbell {
 
  private:
   void sleepWhile(uint32_t seen, int64_t timeoutNs);  // the futex wait of an announced waiter
-  static void heavyFenceForWaiter();
 };
 
 }  // namespace hetobs
