@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "hetobs/collectives/reduce_kernels.h"
@@ -46,6 +47,7 @@ ShmChannel::ShmChannel(PeerInfo peer, int controlFd, Segment* mine, std::shared_
   // Registers this process for membarriers (asymmetric_fence.h) before its first ring.
   lightFence_ = asymmetricFencesAvailable() && theirs_->header()->bell.heavy_waiter.load(std::memory_order_acquire) == 1;
   head_ = out_->head.load(std::memory_order_relaxed);
+  knownTail_ = out_->tail.load(std::memory_order_relaxed);
   tail_ = in_->tail.load(std::memory_order_relaxed);
   setNonBlocking(ctl_, true);
   if (shmSingleCopyBytes() < kSingleCopyOff) {
@@ -91,12 +93,20 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
   bool moved = false;
   const bool named = sendsSingleCopy(item, desc);
   while (!(item.offset == item.len && item.frames > 0)) {
-    uint64_t freeBytes = cap_ - (head_ - out_->tail.load(std::memory_order_acquire));
     uint64_t left = item.len - item.offset;
     uint64_t piece = std::min(left, named ? kSingleCopyPiece : pieceBytes(item.len));
+    if (!named && piece <= kMailPayload && postMail(item, desc, piece)) {
+      moved = true;
+      continue;
+    }
+    const uint64_t wanted = named ? kAlign : kAlign + roundUp(piece);
+    // The peer's tail as last read, read again only when it leaves too little room: a fresh
+    // read is a cache miss on the line the consumer writes per frame, before every send.
+    if (cap_ - (head_ - knownTail_) < wanted) knownTail_ = out_->tail.load(std::memory_order_acquire);
+    uint64_t freeBytes = cap_ - (head_ - knownTail_);
     if (named) {
       if (freeBytes < kAlign) break;
-    } else if (freeBytes < kAlign + roundUp(piece)) {
+    } else if (freeBytes < wanted) {
       if (freeBytes <= kAlign) break;
       piece = std::min(piece, (freeBytes - kAlign) & ~(kAlign - 1));
       if (piece == 0) break;
@@ -127,6 +137,7 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
   noteAcked(acked);
   if (item.offset == item.len && item.frames > 0 && acked >= namedUntil_) return noteSendDone(item);
   seenAcked_ = acked;
+  knownConsumed_ = acked;
   seenOutTail_ = out_->tail.load(std::memory_order_acquire);
   if (moved) noteActivity();
   if (closed_) throwClosed("while this rank was sending");
@@ -137,7 +148,10 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
   if (item.done) return true;
   noteRecvStart(item);
   while (!item.done) {
+    // The head first: a ring frame published after a mail frame makes that mail visible to
+    // the look below, so frames are taken in their order whichever way they came.
     uint64_t head = in_->head.load(std::memory_order_acquire);
+    if (takeMail(item, expect)) continue;
     if (head == tail_) break;
     // The ring's head is the peer's word: never read past the ring or what it published.
     if (head < tail_ + kAlign || head - tail_ > cap_)
@@ -147,15 +161,7 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
                       peer_.rank, false);
     FrameHeader h;
     copyOut(tail_, &h, sizeof h);
-    if (h.magic != kFrameMagic)
-      throw PeerError(strFormat("protocol error in shared memory from %s: bad frame magic 0x%08x",
-                                peer_.describe().c_str(), h.magic),
-                      peer_.rank, false);
-    checkFrame(peer_, h.desc(), expect);
-    if (h.bytes > item.len - item.offset)
-      throw FrameMismatch(peer_.rank, h.desc(), expect,
-                          strFormat("%s sent %llu more bytes than this rank expects for %s", peer_.describe().c_str(),
-                                    (unsigned long long)h.bytes, expect.str().c_str()));
+    checkIncoming(h, item, expect);
     const bool named = h.reserved[1] == kSingleCopyMark;
     if (named && !readsPeer_)
       throw PeerError(strFormat("protocol error in shared memory from %s: a frame names the sender's buffer, but "
@@ -183,15 +189,81 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
     }
     tail_ += kAlign + (named ? 0 : roundUp(h.bytes));
     in_->tail.store(tail_, std::memory_order_release);
-    LinkCounters::add(counters().bytes_recv, len);
-    noteFrameReceived(item, len);
-    in_->consumed_frames.store(framesRecv_, std::memory_order_release);
-    theirs_->header()->bell.ringIfWaiting(lightFence_);  // the sender may wait for space or acks
-    if (item.offset == item.len) noteRecvDone(item);
+    finishFrame(item, len);
   }
   if (item.done) return true;
-  if (closed_ && in_->head.load(std::memory_order_acquire) == tail_) throwClosed("while this rank was receiving from it");
+  if (closed_ && in_->head.load(std::memory_order_acquire) == tail_ && !mailWaiting())
+    throwClosed("while this rank was receiving from it");
   return false;
+}
+
+void ShmChannel::checkIncoming(const FrameHeader& h, const RecvItem& item, const OpDesc& expect) const {
+  if (h.magic != kFrameMagic)
+    throw PeerError(strFormat("protocol error in shared memory from %s: bad frame magic 0x%08x",
+                              peer_.describe().c_str(), h.magic),
+                    peer_.rank, false);
+  checkFrame(peer_, h.desc(), expect);
+  if (h.bytes > item.len - item.offset)
+    throw FrameMismatch(peer_.rank, h.desc(), expect,
+                        strFormat("%s sent %llu more bytes than this rank expects for %s", peer_.describe().c_str(),
+                                  (unsigned long long)h.bytes, expect.str().c_str()));
+}
+
+void ShmChannel::finishFrame(RecvItem& item, size_t len) {
+  LinkCounters::add(counters().bytes_recv, len);
+  noteFrameReceived(item, len);
+  in_->consumed_frames.store(framesRecv_, std::memory_order_release);
+  theirs_->header()->bell.ringIfWaiting(lightFence_);  // the sender may wait for space, acks or a mail slot
+  if (item.offset == item.len) noteRecvDone(item);
+}
+
+bool ShmChannel::postMail(SendItem& item, const OpDesc& desc, uint64_t piece) {
+  const uint64_t chunk = framesSent_;
+  // Slot chunk % kMailSlots last held frame chunk - kMailSlots: free once that one is acknowledged.
+  if (chunk - knownConsumed_ >= kMailSlots) {
+    knownConsumed_ = out_->consumed_frames.load(std::memory_order_acquire);
+    if (chunk - knownConsumed_ >= kMailSlots) return false;
+  }
+  if (closed_) throwClosed("while this rank was sending");
+  FrameHeader& slot = out_->mail[chunk % kMailSlots];
+  FrameHeader h{};
+  h.magic = kFrameMagic;
+  h.kind = uint8_t(FrameKind::kData);
+  h.setDesc(desc);
+  h.bytes = piece;
+  if (piece) memcpy(h.reserved, item.data + item.offset, size_t(piece));
+  // Everything but the chunk word (never read here: a read would wait for the peer's core to
+  // hand the line back), then the chunk word, which publishes the frame.
+  constexpr size_t kChunkAt = offsetof(FrameHeader, chunk), kAfter = kChunkAt + sizeof h.chunk;
+  auto* to = reinterpret_cast<uint8_t*>(&slot);
+  const auto* from = reinterpret_cast<const uint8_t*>(&h);
+  memcpy(to, from, kChunkAt);
+  memcpy(to + kAfter, from + kAfter, sizeof h - kAfter);
+  __atomic_store_n(&slot.chunk, chunk, __ATOMIC_RELEASE);
+  theirs_->header()->bell.ringIfWaiting(lightFence_);
+  LinkCounters::add(counters().bytes_sent, piece);
+  noteFrameSent(item, size_t(piece));
+  return true;
+}
+
+bool ShmChannel::mailWaiting() const {
+  return __atomic_load_n(&in_->mail[framesRecv_ % kMailSlots].chunk, __ATOMIC_ACQUIRE) == framesRecv_;
+}
+
+bool ShmChannel::takeMail(RecvItem& item, const OpDesc& expect) {
+  if (!mailWaiting()) return false;
+  FrameHeader h;
+  memcpy(&h, &in_->mail[framesRecv_ % kMailSlots], sizeof h);  // the producer leaves it alone until we acknowledge
+  checkIncoming(h, item, expect);
+  checkDataFrame(peer_, h, item, kMailPayload, framesRecv_, "shared-memory link");
+  const size_t len = size_t(h.bytes);
+  const auto* payload = reinterpret_cast<const uint8_t*>(h.reserved);
+  if (len && item.mode == RecvMode::kCopy) memcpy(item.dst + item.offset, payload, len);
+  else if (len)
+    reduceInto(item.dtype, item.redop, item.dst + item.offset, item.local + item.offset, payload,
+               len / dtypeSize(item.dtype));
+  finishFrame(item, len);
+  return true;
 }
 
 uint64_t ShmChannel::pieceBytes(size_t len) const {
@@ -264,13 +336,18 @@ bool ShmChannel::pollControl() {
 }
 
 bool ShmChannel::peerMovedSinceLastLook(bool sending, bool receiving) const {
-  if (receiving && in_->head.load(std::memory_order_acquire) != tail_) return true;
+  if (receiving && (in_->head.load(std::memory_order_acquire) != tail_ || mailWaiting())) return true;
   return sending && (out_->tail.load(std::memory_order_acquire) != seenOutTail_ ||
                      out_->consumed_frames.load(std::memory_order_acquire) != seenAcked_);
 }
 
 bool ShmChannel::peekData(FrameHeader* out) {
-  if (in_->head.load(std::memory_order_acquire) == tail_) return false;
+  uint64_t head = in_->head.load(std::memory_order_acquire);  // before the mail: as progressRecv looks
+  if (mailWaiting()) {
+    memcpy(out, &in_->mail[framesRecv_ % kMailSlots], sizeof *out);
+    return out->magic == kFrameMagic;
+  }
+  if (head == tail_) return false;
   copyOut(tail_, out, sizeof *out);
   return out->magic == kFrameMagic;
 }

@@ -16,8 +16,9 @@ namespace hetobs {
 namespace shm {
 namespace {
 constexpr size_t kHeaderBytes = 256;
-constexpr size_t kCtlBytes = 256;
+constexpr size_t kCtlBytes = 512;
 static_assert(sizeof(SegmentHeader) <= kHeaderBytes, "segment header fits");
+static_assert(sizeof(RingCtl) <= kCtlBytes, "ring control fits");
 }  // namespace
 
 size_t Segment::sizeFor(uint32_t nslots, uint64_t ringBytes) {
@@ -75,8 +76,10 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, uint32_t nslot
   h->probe_value = *probeWord();
   // This rank's waits on its bell take a heavy fence where it can, so producers may not fence.
   h->bell.heavy_waiter.store(asymmetricFencesAvailable() ? 1 : 0, std::memory_order_relaxed);
-  for (uint32_t s = 0; s < nslots; ++s)
-    new (base + kHeaderBytes + size_t(s) * (kCtlBytes + ringBytes)) RingCtl();
+  for (uint32_t s = 0; s < nslots; ++s) {
+    auto* ring = new (base + kHeaderBytes + size_t(s) * (kCtlBytes + ringBytes)) RingCtl();
+    for (FrameHeader& m : ring->mail) m.chunk = kNoMail;  // frame 0 is not there yet
+  }
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kSegmentMagic;
   return std::unique_ptr<Segment>(new Segment(name, base, size, true));

@@ -43,6 +43,16 @@ class ShmChannel : public Channel {
   uint64_t pieceBytes(size_t len) const;
   bool sendsSingleCopy(const SendItem& item, const OpDesc& desc) const;
   void receiveSingleCopy(RecvItem& item, const FrameHeader& h);  // read the named bytes from the sender
+  // Mail slots (segment.h): send a frame of at most kMailPayload bytes through one (false:
+  // every slot is still held, use the ring); whether the frame due next waits in its slot;
+  // take it.
+  bool postMail(SendItem& item, const OpDesc& desc, uint64_t piece);
+  bool mailWaiting() const;
+  bool takeMail(RecvItem& item, const OpDesc& expect);
+  // A received frame's header against the op and the item (magic, op, bytes still due).
+  void checkIncoming(const FrameHeader& h, const RecvItem& item, const OpDesc& expect) const;
+  // After a frame's payload is in place: counters, the acknowledgement, the item's end.
+  void finishFrame(RecvItem& item, size_t len);
 
   int ctl_;
   bool closed_ = false;
@@ -55,6 +65,8 @@ class ShmChannel : public Channel {
   uint64_t cap_;
   uint64_t maxPiece_;
   uint64_t head_ = 0;  // our producer position in out_
+  uint64_t knownTail_ = 0;  // the peer's consumer position in out_ as last read (<= the real one)
+  uint64_t knownConsumed_ = 0;  // the peer's consumed_frames of out_ as last read (mail slots free)
   uint64_t tail_ = 0;  // our consumer position in in_
   // What progressSend last saw of the peer's side of out_ (peerMovedSinceLastLook).
   uint64_t seenOutTail_ = 0;

@@ -4,9 +4,10 @@
 // consumer). Peers map it during set-up; the owner unlinks the name as soon as every
 // peer has mapped it, so a crash never leaves a file behind in /dev/shm.
 //
-// Layout (version 2): [SegmentHeader 256 B] then per slot [RingCtl 256 B][data ringBytes].
+// Layout (version 3): [SegmentHeader 256 B] then per slot [RingCtl 512 B][data ringBytes].
 // Version 2 added the owner's probe word (SegmentHeader) and the consumer's single-copy
 // flag (RingCtl): a frame may name bytes in the producer's memory instead of carrying them.
+// Version 3 added the mail slots (RingCtl): small frames in one cache line each, beside the ring.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -14,12 +15,24 @@
 #include <string>
 
 #include "hetobs/common/futex.h"
+#include "hetobs/common/wire.h"
 
 namespace hetobs {
 namespace shm {
 
 constexpr uint32_t kSegmentMagic = 0x4d485348;  // "HSHM"
-constexpr uint32_t kSegmentVersion = 2;
+constexpr uint32_t kSegmentVersion = 3;
+
+// Mail slots: a frame whose payload fits in a header's reserved words skips the ring. The
+// producer writes frame c whole into slot c % kMailSlots and its chunk word last (release);
+// the consumer, due frame c, finds it complete when that slot's chunk word says c. One cache
+// line crosses between the cores per small message, where the ring moved three one after
+// the other (the head, then the header, then the payload line): an 8 B all_reduce is mostly
+// those crossings. A slot is reused for frame c + kMailSlots only once the consumer has
+// acknowledged frame c (consumed_frames); with every slot still held, frames take the ring.
+constexpr uint32_t kMailSlots = 4;
+constexpr size_t kMailPayload = sizeof(FrameHeader::reserved);
+constexpr uint64_t kNoMail = ~0ull;  // a slot's chunk word before its first frame
 
 struct RingCtl {
   alignas(64) std::atomic<uint64_t> head;             // bytes published by the producer
@@ -29,8 +42,9 @@ struct RingCtl {
   // the producer may then send frames that name its own buffer (transport/shm/single_copy.h).
   std::atomic<uint32_t> single_copy;
   uint8_t pad_[64 - sizeof(std::atomic<uint64_t>) - sizeof(std::atomic<uint32_t>)];
+  alignas(64) FrameHeader mail[kMailSlots];  // written by the producer; chunk words start at kNoMail
 };
-static_assert(sizeof(RingCtl) == 192, "ring control layout");
+static_assert(sizeof(RingCtl) == 192 + 64 * kMailSlots, "ring control layout");
 
 struct SegmentHeader {
   uint32_t magic;
