@@ -99,3 +99,46 @@ def test_rank_stopped_while_peers_wait_in_single_copy_is_dumped_and_named(tmp_pa
     for r in runs:
         links = json.loads(r.stdout.split("LINKS ", 1)[1])
         assert any(l["single_copy_bytes"] > 0 for l in links), links  # the ops above went the single-copy way
+
+
+PUSH = """
+import json, numpy as np, hetobs
+comm = hetobs.init()
+peer = 1 - comm.rank
+# A point-to-point message from rank 1 waits unread in rank 0's ring while the broadcasts run:
+# the receivers' answers to the push offers must not queue behind it.
+if comm.rank == 1:
+    comm.send(np.arange(3, dtype=np.int32), 0)
+sizes = [PUSH_MIN - 1, PUSH_MIN, 300001, (3 << 20) + 5, 40 << 20]
+for n in sizes:
+    want = (np.arange(n, dtype=np.int64) * 2654435761 + n).astype(np.uint8)
+    x = want.copy() if comm.rank == 0 else np.zeros(n, np.uint8)
+    comm.broadcast(x, 0)
+    assert np.array_equal(x, want), (n, np.flatnonzero(x != want)[:5])
+if comm.rank == 0:
+    got = np.zeros(3, np.int32)
+    comm.recv(got, 1)
+    assert got.tolist() == [0, 1, 2], got
+link = next(l for l in comm.links() if l["peer"] == peer)
+print("RESULT", json.dumps({k: link[k] for k in ("single_copy_bytes", "push_bytes")}), flush=True)
+comm.close()
+"""
+
+
+def test_two_rank_broadcast_splits_the_copy_between_root_and_receiver(tmp_path: Path) -> None:
+    """Push (single_copy.h): from 256 KiB the root writes the second half of a 2-rank broadcast into
+    the receiver's buffer while the receiver reads the first half out of the root's; the links
+    count exactly what was pushed and what arrived in one copy, and a message parked in the
+    root's ring does not hold up the receiver's answer."""
+    push_min = 256 * 1024
+    body = PUSH.replace("PUSH_MIN", str(push_min))
+    with InlineJob(body, 2, tmp_path, env={"HETOBS_SHM_SINGLE_COPY_BYTES": THRESHOLD}) as job:
+        runs = job.wait(120)
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-3000:] for r in runs]
+    got = [json.loads(r.stdout.split("RESULT ", 1)[1]) for r in runs]
+    sizes = [push_min - 1, push_min, 300001, (3 << 20) + 5, 40 << 20]
+    start = [(n // 2) & ~63 for n in sizes]  # shm::pushStart
+    pushed = sum(n - s for n, s in zip(sizes, start) if n >= push_min)
+    # rank 0 wrote the second halves into rank 1's buffer; everything reached rank 1 in one copy
+    assert got[0] == {"single_copy_bytes": 0, "push_bytes": pushed}, (got, pushed)
+    assert got[1] == {"single_copy_bytes": sum(sizes), "push_bytes": 0}, (got, sum(sizes))

@@ -109,6 +109,7 @@ py::dict linkDict(const LinkInfo& l) {
   d["last_activity_ns"] = l.last_activity_ns;
   d["reconnects"] = l.reconnects;
   d["single_copy_bytes"] = l.single_copy_bytes;
+  d["push_bytes"] = l.push_bytes;
   d["sends_unacked_max"] = l.sends_unacked_max;
   py::dict prog;
   prog["send_posted"] = l.send_posted;

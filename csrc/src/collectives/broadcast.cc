@@ -31,6 +31,7 @@ void broadcast(Communicator& c, const OpArgs& a) {
       send.peer = next;
       send.data = seg(sendSeg, &send.len);
       send.peerMayRead = chainPeerMayRead(n, bytes);
+      send.mayPush = n == 2;  // no middle rank: root and receiver can share the copying
       ns = 1;
     }
     if (pos > 0 && s < segs) {

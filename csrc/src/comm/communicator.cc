@@ -369,6 +369,7 @@ std::vector<LinkInfo> Communicator::links() const {
     l.last_activity_ns = k.last_activity_ns.load();
     l.reconnects = c.reconnects().load(std::memory_order_relaxed);
     l.single_copy_bytes = c.singleCopyBytes();
+    l.push_bytes = c.pushBytes();
     l.sends_unacked_max = c.sendsUnackedMax();
     auto& p = c.progress();
     l.send_posted = p.send_posted.load();

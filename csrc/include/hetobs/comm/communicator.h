@@ -66,6 +66,7 @@ struct LinkInfo {
   int64_t progress_change_ns;
   uint64_t reconnects = 0;  // TCP connection re-made after a break
   uint64_t single_copy_bytes = 0;  // received straight from the peer's buffer (shm single copy)
+  uint64_t push_bytes = 0;         // written by this end straight into the peer's buffer (shm push)
   uint64_t sends_unacked_max = 0;  // Channel::sendsUnackedMax()
   LinkHealthSnapshot health;  // samples == 0: no kernel state (shm links)
 };

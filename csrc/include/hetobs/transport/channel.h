@@ -33,6 +33,10 @@ struct SendItem {
   // false: copy through the link even where the receiver could read our buffer itself (shm
   // single copy): a one-way transfer between two ranks is faster as two copies in parallel.
   bool peerMayRead = true;
+  // A one-way message between two ranks over shared memory: the sender may write the second
+  // half into the receiver's buffer while the receiver reads the first (shm/single_copy.h,
+  // "push"); where that is not allowed, peerMayRead decides as before.
+  bool mayPush = false;
   // The caller leaves `data` untouched until sendConfirmed() (a pipelined ring): a TCP link
   // with reconnect then completes the item once written, not once acknowledged, and holds
   // on to the bytes for a resume. The op's last item to that peer must not be kept: it
@@ -131,6 +135,8 @@ class Channel {
   virtual const char* kind() const = 0;  // "tcp" / "shm"
   // Bytes this end received in one copy straight from the peer's buffer (shm single copy).
   virtual uint64_t singleCopyBytes() const { return 0; }
+  // Bytes this end wrote straight into the peer's buffer (shm push, single_copy.h). Any thread.
+  virtual uint64_t pushBytes() const { return 0; }
 
   const PeerInfo& peer() const { return peer_; }
   // "ip:port" of this end and the peer's end of the TCP connection (the control connection

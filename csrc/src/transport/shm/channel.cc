@@ -92,8 +92,18 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
   noteSendStart(item);
   bool moved = false;
   const bool named = sendsSingleCopy(item, desc);
+  // Whether to push is settled with the first frame, which carries the offer.
+  if (item.frames == 0) {
+    pushAt_ = named && pushes(item) ? pushStart(item.len) : 0;
+    awaitingPushTo_ = pushAt_ != 0;
+  }
   while (!(item.offset == item.len && item.frames > 0)) {
-    uint64_t left = item.len - item.offset;
+    if (awaitingPushTo_ && item.offset == pushAt_) {
+      if (!pushRest(item, desc)) break;
+      moved = true;
+      continue;
+    }
+    uint64_t left = (awaitingPushTo_ ? pushAt_ : item.len) - item.offset;
     uint64_t piece = std::min(left, named ? kSingleCopyPiece : pieceBytes(item.len));
     if (!named && piece <= kMailPayload && postMail(item, desc, piece)) {
       moved = true;
@@ -120,7 +130,7 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
     h.bytes = piece;
     if (named) {  // the ring carries the header; the peer reads the bytes from our buffer
       h.reserved[0] = reinterpret_cast<uint64_t>(item.data + item.offset);
-      h.reserved[1] = kSingleCopyMark;
+      h.reserved[1] = awaitingPushTo_ && item.offset == 0 ? kPushOfferMark : kSingleCopyMark;
     }
     copyIn(head_, &h, sizeof h);  // never wraps: positions and capacity are 64-aligned
     if (piece && !named) copyIn(head_ + kAlign, item.data + item.offset, size_t(piece));
@@ -162,18 +172,23 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
     FrameHeader h;
     copyOut(tail_, &h, sizeof h);
     checkIncoming(h, item, expect);
-    const bool named = h.reserved[1] == kSingleCopyMark;
+    const bool offer = h.reserved[1] == kPushOfferMark, pushed = h.reserved[1] == kPushedMark;
+    const bool named = h.reserved[1] == kSingleCopyMark || offer;
     if (named && !readsPeer_)
       throw PeerError(strFormat("protocol error in shared memory from %s: a frame names the sender's buffer, but "
                                 "this rank never said it can read it", peer_.describe().c_str()),
                       peer_.rank, false);
-    // within what it published (a named frame: within one piece)
-    checkDataFrame(peer_, h, item, named ? kSingleCopyPiece : head - tail_ - kAlign, framesRecv_,
+    if (pushed) checkPushed(item, h);
+    // within what it published (a named frame: within one piece; a pushed one: in place already)
+    checkDataFrame(peer_, h, item, named ? kSingleCopyPiece : pushed ? h.bytes : head - tail_ - kAlign, framesRecv_,
                    "shared-memory link");
+    if (offer) answerPushOffer(item, expect);
     uint64_t pos = tail_ + kAlign;
     size_t len = size_t(h.bytes);
     if (named) {
       receiveSingleCopy(item, h);
+    } else if (pushed) {
+      LinkCounters::add(singleCopyBytes_, len);  // the sender wrote them into place itself: one copy
     } else if (item.mode == RecvMode::kCopy) {
       copyOut(pos, item.dst + item.offset, len);
     } else if (len) {
@@ -187,7 +202,7 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
         reduceInto(item.dtype, item.redop, item.dst + item.offset + first, item.local + item.offset + first, inData_,
                    (len - first) / es);
     }
-    tail_ += kAlign + (named ? 0 : roundUp(h.bytes));
+    tail_ += kAlign + (named || pushed ? 0 : roundUp(h.bytes));
     in_->tail.store(tail_, std::memory_order_release);
     finishFrame(item, len);
   }
@@ -215,6 +230,84 @@ void ShmChannel::finishFrame(RecvItem& item, size_t len) {
   in_->consumed_frames.store(framesRecv_, std::memory_order_release);
   theirs_->header()->bell.ringIfWaiting(lightFence_);  // the sender may wait for space, acks or a mail slot
   if (item.offset == item.len) noteRecvDone(item);
+}
+
+bool ShmChannel::pushes(const SendItem& item) const {
+  // Writing into the peer takes the access that reading it does (ptrace's, checked at set-up).
+  return item.mayPush && readsPeer_ && item.len >= kPushMinBytes;
+}
+
+bool ShmChannel::pushRest(SendItem& item, const OpDesc& desc) {
+  // Room for the frame that says the rest is in place, before the rest is written.
+  if (cap_ - (head_ - knownTail_) < kAlign) knownTail_ = out_->tail.load(std::memory_order_acquire);
+  if (cap_ - (head_ - knownTail_) < kAlign) return false;
+  const FrameHeader& slot = in_->push_to;
+  if (__atomic_load_n(&slot.chunk, __ATOMIC_ACQUIRE) != pushOffers_ + 1) return false;
+  FrameHeader to;
+  memcpy(&to, &slot, sizeof to);  // the peer answers our next offer only after this op
+  const uint64_t len = item.len - pushAt_;
+  if (to.magic != kFrameMagic || to.desc() != desc || to.bytes != len)
+    throw PeerError(strFormat("protocol error in shared memory from %s: its answer to our offer to write %llu bytes "
+                              "of %s says %llu bytes of %s",
+                              peer_.describe().c_str(), (unsigned long long)len, desc.str().c_str(),
+                              (unsigned long long)to.bytes, to.desc().str().c_str()),
+                    peer_.rank, false);
+  ++pushOffers_;
+  awaitingPushTo_ = false;
+  int err = writePeer(peerPid_, to.reserved[0], item.data + pushAt_, size_t(len));
+  if (err != 0)
+    throw PeerError(strFormat("cannot write %llu bytes into %s's buffer (shared-memory push): %s",
+                              (unsigned long long)len, peer_.describe().c_str(), errnoString(err).c_str()),
+                    peer_.rank, err == ESRCH);
+  LinkCounters::add(pushBytes_, len);
+  FrameHeader h{};
+  h.magic = kFrameMagic;
+  h.kind = uint8_t(FrameKind::kData);
+  h.setDesc(desc);
+  h.chunk = framesSent_;
+  h.bytes = len;
+  h.reserved[1] = kPushedMark;
+  copyIn(head_, &h, sizeof h);
+  head_ += kAlign;
+  out_->head.store(head_, std::memory_order_release);
+  theirs_->header()->bell.ringIfWaiting(lightFence_);
+  LinkCounters::add(counters().bytes_sent, len);
+  noteFrameSent(item, size_t(len));
+  namedUntil_ = framesSent_;
+  return true;
+}
+
+void ShmChannel::answerPushOffer(const RecvItem& item, const OpDesc& expect) {
+  const uint64_t at = pushStart(item.len);
+  if (item.mode != RecvMode::kCopy || item.offset != 0 || at == 0 || expectPushed_)
+    throw PeerError(strFormat("protocol error in shared memory from %s: an offer to write into this rank's buffer "
+                              "for %s, which %s", peer_.describe().c_str(), expect.str().c_str(),
+                              item.mode != RecvMode::kCopy ? "is a reduction" : "is not at its start"),
+                    peer_.rank, false);
+  FrameHeader to{};
+  to.magic = kFrameMagic;
+  to.kind = uint8_t(FrameKind::kData);
+  to.setDesc(expect);
+  to.bytes = item.len - at;
+  to.reserved[0] = reinterpret_cast<uint64_t>(item.dst + at);
+  FrameHeader& slot = out_->push_to;
+  constexpr size_t kChunkAt = offsetof(FrameHeader, chunk), kAfter = kChunkAt + sizeof to.chunk;
+  auto* dst = reinterpret_cast<uint8_t*>(&slot);
+  const auto* src = reinterpret_cast<const uint8_t*>(&to);
+  memcpy(dst, src, kChunkAt);
+  memcpy(dst + kAfter, src + kAfter, sizeof to - kAfter);
+  __atomic_store_n(&slot.chunk, ++pushAnswers_, __ATOMIC_RELEASE);
+  theirs_->header()->bell.ringIfWaiting(lightFence_);
+  expectPushed_ = true;
+}
+
+void ShmChannel::checkPushed(const RecvItem& item, const FrameHeader& h) {
+  if (!expectPushed_ || item.offset != pushStart(item.len) || h.bytes != item.len - item.offset)
+    throw PeerError(strFormat("protocol error in shared memory from %s: a frame says %llu bytes were written into "
+                              "this rank's buffer, which it %s", peer_.describe().c_str(),
+                              (unsigned long long)h.bytes, expectPushed_ ? "did not offer at that place" : "never offered"),
+                    peer_.rank, false);
+  expectPushed_ = false;
 }
 
 bool ShmChannel::postMail(SendItem& item, const OpDesc& desc, uint64_t piece) {
@@ -275,8 +368,8 @@ bool ShmChannel::sendsSingleCopy(const SendItem& item, const OpDesc& desc) const
   // Collectives only: a point-to-point send finishes on its own while its message fits in
   // the ring, and a program may rely on that (send before recv on both ends); a named
   // buffer waits for the receiver.
-  return item.peerMayRead && item.len > 0 && item.len >= shmSingleCopyBytes() && !isP2P(desc.op) &&
-         out_->single_copy.load(std::memory_order_acquire) == 1;
+  return (item.peerMayRead || pushes(item)) && item.len > 0 && item.len >= shmSingleCopyBytes() &&
+         !isP2P(desc.op) && out_->single_copy.load(std::memory_order_acquire) == 1;
 }
 
 void ShmChannel::receiveSingleCopy(RecvItem& item, const FrameHeader& h) {
@@ -337,6 +430,8 @@ bool ShmChannel::pollControl() {
 
 bool ShmChannel::peerMovedSinceLastLook(bool sending, bool receiving) const {
   if (receiving && (in_->head.load(std::memory_order_acquire) != tail_ || mailWaiting())) return true;
+  if (sending && awaitingPushTo_ && __atomic_load_n(&in_->push_to.chunk, __ATOMIC_ACQUIRE) == pushOffers_ + 1)
+    return true;
   return sending && (out_->tail.load(std::memory_order_acquire) != seenOutTail_ ||
                      out_->consumed_frames.load(std::memory_order_acquire) != seenAcked_);
 }

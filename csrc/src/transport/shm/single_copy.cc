@@ -21,22 +21,39 @@ const uint64_t* probeWord() {
   return &word;
 }
 
-int readPeer(int pid, uint64_t addr, void* dst, size_t len) {
-  auto* out = static_cast<uint8_t*>(dst);
+namespace {
+
+// process_vm_readv or _writev until all `len` bytes moved; 0 or the errno.
+template <class Move>
+int movePeer(uint8_t* local, uint64_t addr, size_t len, Move move) {
   while (len > 0) {
-    iovec local{out, len};
-    iovec remote{reinterpret_cast<void*>(addr), len};
-    ssize_t n = process_vm_readv(pid_t(pid), &local, 1, &remote, 1, 0);
+    iovec here{local, len};
+    iovec there{reinterpret_cast<void*>(addr), len};
+    ssize_t n = move(&here, &there);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno;
     }
-    if (n == 0) return EFAULT;  // nothing readable where the peer said its buffer is
-    out += n;
+    if (n == 0) return EFAULT;  // nothing there where the peer said its buffer is
+    local += n;
     addr += uint64_t(n);
     len -= size_t(n);
   }
   return 0;
+}
+
+}  // namespace
+
+int readPeer(int pid, uint64_t addr, void* dst, size_t len) {
+  return movePeer(static_cast<uint8_t*>(dst), addr, len, [pid](iovec* here, iovec* there) {
+    return process_vm_readv(pid_t(pid), here, 1, there, 1, 0);
+  });
+}
+
+int writePeer(int pid, uint64_t addr, const void* src, size_t len) {
+  // process_vm_writev only reads the local iovec's memory.
+  return movePeer(const_cast<uint8_t*>(static_cast<const uint8_t*>(src)), addr, len,
+                  [pid](iovec* here, iovec* there) { return process_vm_writev(pid_t(pid), here, 1, there, 1, 0); });
 }
 
 bool canReadPeer(int pid, uint64_t probeAddr, uint64_t probeValue, std::string* why) {

@@ -34,6 +34,7 @@ class ShmChannel : public Channel {
   bool isShm() const override { return true; }
   const char* kind() const override { return "shm"; }
   uint64_t singleCopyBytes() const override { return singleCopyBytes_.load(std::memory_order_relaxed); }
+  uint64_t pushBytes() const override { return pushBytes_.load(std::memory_order_relaxed); }
 
  private:
   void copyOut(uint64_t pos, void* dst, size_t len) const;       // from the in ring
@@ -49,6 +50,13 @@ class ShmChannel : public Channel {
   bool postMail(SendItem& item, const OpDesc& desc, uint64_t piece);
   bool mailWaiting() const;
   bool takeMail(RecvItem& item, const OpDesc& expect);
+  // Push (single_copy.h). Sending: whether this item offers it; once the peer answered, write
+  // the rest into its buffer and say so (false: no answer yet, or no room for the frame).
+  // Receiving: answer an offer in the push slot; check a frame saying the rest is in place.
+  bool pushes(const SendItem& item) const;
+  bool pushRest(SendItem& item, const OpDesc& desc);
+  void answerPushOffer(const RecvItem& item, const OpDesc& expect);
+  void checkPushed(const RecvItem& item, const FrameHeader& h);
   // A received frame's header against the op and the item (magic, op, bytes still due).
   void checkIncoming(const FrameHeader& h, const RecvItem& item, const OpDesc& expect) const;
   // After a frame's payload is in place: counters, the acknowledgement, the item's end.
@@ -79,7 +87,16 @@ class ShmChannel : public Channel {
   int peerPid_ = 0;
   std::vector<uint8_t> reduceBuf_;
   uint64_t namedUntil_ = 0;
+  // Push. Sending: where the item's pushed part starts (0: it is not pushed), whether the
+  // peer's answer is still due, and the offers answered so far on this link. Receiving: the
+  // offers this end answered, and whether the frame saying the pushed part is in place is due.
+  uint64_t pushAt_ = 0;
+  bool awaitingPushTo_ = false;
+  uint64_t pushOffers_ = 0;
+  uint64_t pushAnswers_ = 0;
+  bool expectPushed_ = false;
   std::atomic<uint64_t> singleCopyBytes_{0};
+  std::atomic<uint64_t> pushBytes_{0};
 };
 
 }  // namespace shm

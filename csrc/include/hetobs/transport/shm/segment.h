@@ -7,7 +7,8 @@
 // Layout (version 3): [SegmentHeader 256 B] then per slot [RingCtl 512 B][data ringBytes].
 // Version 2 added the owner's probe word (SegmentHeader) and the consumer's single-copy
 // flag (RingCtl): a frame may name bytes in the producer's memory instead of carrying them.
-// Version 3 added the mail slots (RingCtl): small frames in one cache line each, beside the ring.
+// Version 3 added the mail slots and the push slot (RingCtl): small frames in one cache line
+// each beside the ring, and a receiver's buffer for a sender that writes part of a message.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -43,8 +44,12 @@ struct RingCtl {
   std::atomic<uint32_t> single_copy;
   uint8_t pad_[64 - sizeof(std::atomic<uint64_t>) - sizeof(std::atomic<uint32_t>)];
   alignas(64) FrameHeader mail[kMailSlots];  // written by the producer; chunk words start at kNoMail
+  // Written by the producer for the consumer: where the consumer may write the rest of the
+  // message it offered to push (single_copy.h): reserved[0] the address, bytes the length,
+  // the op's header, and chunk (last, release) the count of offers answered on this link.
+  alignas(64) FrameHeader push_to;
 };
-static_assert(sizeof(RingCtl) == 192 + 64 * kMailSlots, "ring control layout");
+static_assert(sizeof(RingCtl) == 192 + 64 * kMailSlots + 64, "ring control layout");
 
 struct SegmentHeader {
   uint32_t magic;
