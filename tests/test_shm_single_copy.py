@@ -120,18 +120,35 @@ if comm.rank == 0:
     comm.recv(got, 1)
     assert got.tolist() == [0, 1, 2], got
 link = next(l for l in comm.links() if l["peer"] == peer)
-print("RESULT", json.dumps({k: link[k] for k in ("single_copy_bytes", "push_bytes")}), flush=True)
+bc = {k: link[k] for k in ("single_copy_bytes", "push_bytes")}
+# all_gather: each rank writes its whole block into the other's output (out of place, and in
+# place where the rank's input is its own slot of the output)
+for n in AG_SIZES:
+    want = np.concatenate([(np.arange(n, dtype=np.float64) + 0.5) * (r + 1) for r in range(2)])
+    mine = (np.arange(n, dtype=np.float64) + 0.5) * (comm.rank + 1)
+    out = np.zeros(2 * n)
+    comm.all_gather(out, mine)
+    assert np.array_equal(out, want), n
+    inplace = np.zeros(2 * n)
+    inplace[comm.rank * n:(comm.rank + 1) * n] = mine
+    comm.all_gather(inplace, inplace[comm.rank * n:(comm.rank + 1) * n])
+    assert np.array_equal(inplace, want), n
+link = next(l for l in comm.links() if l["peer"] == peer)
+ag = {k: link[k] - bc[k] for k in bc}
+print("RESULT", json.dumps({"broadcast": bc, "all_gather": ag}), flush=True)
 comm.close()
 """
 
 
-def test_two_rank_broadcast_splits_the_copy_between_root_and_receiver(tmp_path: Path) -> None:
+def test_two_rank_broadcast_and_all_gather_push_into_the_receivers_buffer(tmp_path: Path) -> None:
     """Push (single_copy.h): from 256 KiB the root writes the second half of a 2-rank broadcast into
-    the receiver's buffer while the receiver reads the first half out of the root's; the links
-    count exactly what was pushed and what arrived in one copy, and a message parked in the
-    root's ring does not hold up the receiver's answer."""
+    the receiver's buffer while the receiver reads the first half out of the root's, and each
+    rank of a 2-rank all_gather writes its block into the other's output; the links count
+    exactly what was pushed and what arrived in one copy, and a message parked in the root's
+    ring does not hold up the receiver's answer."""
     push_min = 256 * 1024
-    body = PUSH.replace("PUSH_MIN", str(push_min))
+    ag_sizes = [push_min // 8 - 1, push_min // 8, 300001]  # float64 blocks: under, at and over push_min
+    body = PUSH.replace("PUSH_MIN", str(push_min)).replace("AG_SIZES", str(ag_sizes))
     with InlineJob(body, 2, tmp_path, env={"HETOBS_SHM_SINGLE_COPY_BYTES": THRESHOLD}) as job:
         runs = job.wait(120)
     assert all(r.returncode == 0 for r in runs), [r.stderr[-3000:] for r in runs]
@@ -140,5 +157,11 @@ def test_two_rank_broadcast_splits_the_copy_between_root_and_receiver(tmp_path: 
     start = [(n // 2) & ~63 for n in sizes]  # shm::pushStart
     pushed = sum(n - s for n, s in zip(sizes, start) if n >= push_min)
     # rank 0 wrote the second halves into rank 1's buffer; everything reached rank 1 in one copy
-    assert got[0] == {"single_copy_bytes": 0, "push_bytes": pushed}, (got, pushed)
-    assert got[1] == {"single_copy_bytes": sum(sizes), "push_bytes": 0}, (got, sum(sizes))
+    assert got[0]["broadcast"] == {"single_copy_bytes": 0, "push_bytes": pushed}, (got, pushed)
+    assert got[1]["broadcast"] == {"single_copy_bytes": sum(sizes), "push_bytes": 0}, (got, sum(sizes))
+    # all_gather, each size twice (out of and in place): blocks from push_min are written whole
+    # by their owner, the one under it is read by the receiver; all arrive in one copy
+    pushed_blocks = 2 * sum(8 * n for n in ag_sizes if 8 * n >= push_min)
+    for r in (0, 1):
+        assert got[r]["all_gather"] == {"single_copy_bytes": 2 * 8 * sum(ag_sizes), "push_bytes": pushed_blocks}, (
+            r, got, pushed_blocks)

@@ -57,13 +57,18 @@ inline OpDesc descOf(uint64_t seq, uint64_t count) {
   return d;
 }
 
-inline void sendAll(ShmChannel& ch, const void* data, size_t len, const OpDesc& d, bool mayPush = false) {
+// mayPush / pushAll / alsoCopyTo as SendItem's; returns the item's alsoCopied.
+inline size_t sendAll(ShmChannel& ch, const void* data, size_t len, const OpDesc& d, bool mayPush = false,
+                      bool pushAll = false, uint8_t* alsoCopyTo = nullptr) {
   SendItem s;
   s.mayPush = mayPush;
+  s.pushAll = pushAll;
+  s.alsoCopyTo = alsoCopyTo;
   s.peer = 1;
   s.data = static_cast<const uint8_t*>(data);
   s.len = len;
   for (int spins = 0; !ch.progressSend(s, d); ++spins) CHECK(spins < 1000000, "a send never finished");
+  return s.alsoCopied;
 }
 
 inline void recvAll(ShmChannel& ch, void* dst, size_t len, const OpDesc& d, const float* local = nullptr) {

@@ -37,3 +37,18 @@ NATIVE_TEST(shm_push_splits_a_one_way_message_between_sender_and_receiver) {
   }
   CHECK(link.b->pushBytes() == 0 && link.a->singleCopyBytes() == 0, "the receiver pushed or the sender read");
 }
+
+NATIVE_TEST(shm_push_all_writes_the_whole_message_and_copies_it_locally_on_the_way) {
+  Link link("pushall");
+  const size_t len = (2u << 20) + 12;  // pieces of kPushPiece and a short last one
+  std::vector<uint8_t> src(len), dst(len, 0), local(len, 0);
+  for (size_t k = 0; k < len; ++k) src[k] = uint8_t(k * 7 + 3);
+  const OpDesc d = descOf(1, len);
+  std::thread receiver([&] { recvAll(*link.b, dst.data(), len, d); });
+  size_t copied = sendAll(*link.a, src.data(), len, d, /*mayPush=*/true, /*pushAll=*/true, local.data());
+  receiver.join();
+  CHECK(dst == src && local == src, "the pushed message or its local copy arrived changed");
+  CHECK(copied == len, "alsoCopied says " + std::to_string(copied));
+  CHECK(link.a->pushBytes() == len && link.b->singleCopyBytes() == len,
+        "pushed " + std::to_string(link.a->pushBytes()) + ", arrived in one copy " + std::to_string(link.b->singleCopyBytes()));
+}

@@ -17,21 +17,32 @@ namespace {
 
 void direct(Communicator& c, const OpArgs& a, size_t bytes) { exchangeWithEveryPeer(c, a.send, bytes, a.recv); }
 
-void ring(Communicator& c, const OpArgs& a, size_t bytes) {
+// Returns how much of this rank's own block the exchange copied into place (two ranks: push).
+size_t ring(Communicator& c, const OpArgs& a, size_t bytes, uint8_t* mine) {
   const int n = c.size(), r = c.rank();
   uint8_t* out = a.recv;
   const int right = mod(r + 1, n), left = mod(r - 1, n);
+  size_t copied = 0;
   for (int k = 0; k < n - 1; ++k) {
     SendItem send{};
     send.peer = right;
     send.data = k == 0 ? a.send : out + size_t(mod(r - k, n)) * bytes;
     send.len = bytes;
+    if (n == 2) {
+      // Over shared memory each rank writes its block into the peer's output as it copies it
+      // into its own (read once, written twice), instead of reading the peer's block and then
+      // copying its own (two reads, two writes): single_copy.h, "push".
+      send.mayPush = send.pushAll = true;
+      send.alsoCopyTo = mine != a.send ? mine : nullptr;
+    }
     RecvItem recv{};
     recv.peer = left;
     recv.dst = out + size_t(mod(r - k - 1, n)) * bytes;
     recv.len = bytes;
     c.exchange(&send, 1, &recv, 1);
+    copied = send.alsoCopied;
   }
+  return copied;
 }
 
 }  // namespace
@@ -40,11 +51,12 @@ void allGather(Communicator& c, const OpArgs& a) {
   const int r = c.rank();
   const size_t bytes = a.send_count * dtypeSize(a.dtype);
   uint8_t* mine = a.recv + size_t(r) * bytes;
+  size_t copied = 0;
   if (c.size() > 1) {
     if (chooseAlgorithm(c, a) == Algorithm::kDirect) direct(c, a, bytes);
-    else ring(c, a, bytes);
+    else copied = ring(c, a, bytes, mine);
   }
-  if (bytes && mine != a.send) memcpy(mine, a.send, bytes);
+  if (bytes > copied && mine != a.send) memcpy(mine + copied, a.send + copied, bytes - copied);
 }
 
 }  // namespace hetobs

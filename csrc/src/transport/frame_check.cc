@@ -13,7 +13,7 @@ namespace {
 }  // namespace
 
 void checkDataFrame(const PeerInfo& peer, const FrameHeader& h, const RecvItem& item, uint64_t maxPayload,
-                    uint64_t expectChunk, const char* link) {
+                    uint64_t expectChunk, const char* link, bool emptyOk) {
   if (h.chunk != expectChunk)
     protocolError(peer, link, strFormat("data frame number %llu arrived where %llu was due",
                                         (unsigned long long)h.chunk, (unsigned long long)expectChunk));
@@ -21,7 +21,7 @@ void checkDataFrame(const PeerInfo& peer, const FrameHeader& h, const RecvItem& 
     protocolError(peer, link, strFormat("data frame of %llu bytes (at most %llu are sent in one frame)",
                                         (unsigned long long)h.bytes, (unsigned long long)maxPayload));
   // Senders cut a message into non-empty frames; only an empty message has an empty frame.
-  if (h.bytes == 0 && item.offset < item.len)
+  if (h.bytes == 0 && item.offset < item.len && !emptyOk)
     protocolError(peer, link, strFormat("empty data frame with %zu bytes of the message still due",
                                         item.len - item.offset));
   if (item.mode == RecvMode::kReduce && h.bytes % dtypeSize(item.dtype) != 0)

@@ -37,6 +37,12 @@ struct SendItem {
   // half into the receiver's buffer while the receiver reads the first (shm/single_copy.h,
   // "push"); where that is not allowed, peerMayRead decides as before.
   bool mayPush = false;
+  // With mayPush: push all of it (the receiver reads none), each piece also copied to
+  // alsoCopyTo (when set) just before it is written to the peer, while it is in this core's
+  // cache: all_gather's own block, read once and written twice. alsoCopied: how much was.
+  bool pushAll = false;
+  uint8_t* alsoCopyTo = nullptr;
+  size_t alsoCopied = 0;
   // The caller leaves `data` untouched until sendConfirmed() (a pipelined ring): a TCP link
   // with reconnect then completes the item once written, not once acknowledged, and holds
   // on to the bytes for a resume. The op's last item to that peer must not be kept: it

@@ -94,11 +94,11 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
   const bool named = sendsSingleCopy(item, desc);
   // Whether to push is settled with the first frame, which carries the offer.
   if (item.frames == 0) {
-    pushAt_ = named && pushes(item) ? pushStart(item.len) : 0;
-    awaitingPushTo_ = pushAt_ != 0;
+    awaitingPushTo_ = named && pushes(item);
+    pushAt_ = !awaitingPushTo_ ? 0 : item.pushAll ? 0 : pushStart(item.len);
   }
   while (!(item.offset == item.len && item.frames > 0)) {
-    if (awaitingPushTo_ && item.offset == pushAt_) {
+    if (awaitingPushTo_ && item.frames > 0 && item.offset == pushAt_) {  // offered, and named what it reads
       if (!pushRest(item, desc)) break;
       moved = true;
       continue;
@@ -130,7 +130,7 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
     h.bytes = piece;
     if (named) {  // the ring carries the header; the peer reads the bytes from our buffer
       h.reserved[0] = reinterpret_cast<uint64_t>(item.data + item.offset);
-      h.reserved[1] = awaitingPushTo_ && item.offset == 0 ? kPushOfferMark : kSingleCopyMark;
+      h.reserved[1] = awaitingPushTo_ && item.frames == 0 ? kPushOfferMark : kSingleCopyMark;
     }
     copyIn(head_, &h, sizeof h);  // never wraps: positions and capacity are 64-aligned
     if (piece && !named) copyIn(head_ + kAlign, item.data + item.offset, size_t(piece));
@@ -181,7 +181,7 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
     if (pushed) checkPushed(item, h);
     // within what it published (a named frame: within one piece; a pushed one: in place already)
     checkDataFrame(peer_, h, item, named ? kSingleCopyPiece : pushed ? h.bytes : head - tail_ - kAlign, framesRecv_,
-                   "shared-memory link");
+                   "shared-memory link", /*emptyOk=*/offer);  // an offer to push all of it names nothing
     if (offer) answerPushOffer(item, expect);
     uint64_t pos = tail_ + kAlign;
     size_t len = size_t(h.bytes);
@@ -246,15 +246,24 @@ bool ShmChannel::pushRest(SendItem& item, const OpDesc& desc) {
   FrameHeader to;
   memcpy(&to, &slot, sizeof to);  // the peer answers our next offer only after this op
   const uint64_t len = item.len - pushAt_;
-  if (to.magic != kFrameMagic || to.desc() != desc || to.bytes != len)
-    throw PeerError(strFormat("protocol error in shared memory from %s: its answer to our offer to write %llu bytes "
-                              "of %s says %llu bytes of %s",
-                              peer_.describe().c_str(), (unsigned long long)len, desc.str().c_str(),
+  if (to.magic != kFrameMagic || to.desc() != desc || to.bytes != item.len)
+    throw PeerError(strFormat("protocol error in shared memory from %s: its answer to our offer to write into its "
+                              "buffer of %llu bytes for %s says %llu bytes for %s",
+                              peer_.describe().c_str(), (unsigned long long)item.len, desc.str().c_str(),
                               (unsigned long long)to.bytes, to.desc().str().c_str()),
                     peer_.rank, false);
   ++pushOffers_;
   awaitingPushTo_ = false;
-  int err = writePeer(peerPid_, to.reserved[0], item.data + pushAt_, size_t(len));
+  // Piece by piece, each also copied to alsoCopyTo while it is in this core's cache.
+  int err = 0;
+  for (uint64_t at = pushAt_; at < item.len && err == 0; at += kPushPiece) {
+    const size_t n = size_t(std::min<uint64_t>(kPushPiece, item.len - at));
+    if (item.alsoCopyTo) {
+      memcpy(item.alsoCopyTo + at, item.data + at, n);
+      item.alsoCopied = size_t(at) + n;
+    }
+    err = writePeer(peerPid_, to.reserved[0] + at, item.data + at, n);
+  }
   if (err != 0)
     throw PeerError(strFormat("cannot write %llu bytes into %s's buffer (shared-memory push): %s",
                               (unsigned long long)len, peer_.describe().c_str(), errnoString(err).c_str()),
@@ -278,8 +287,7 @@ bool ShmChannel::pushRest(SendItem& item, const OpDesc& desc) {
 }
 
 void ShmChannel::answerPushOffer(const RecvItem& item, const OpDesc& expect) {
-  const uint64_t at = pushStart(item.len);
-  if (item.mode != RecvMode::kCopy || item.offset != 0 || at == 0 || expectPushed_)
+  if (item.mode != RecvMode::kCopy || item.offset != 0 || expectPushed_)
     throw PeerError(strFormat("protocol error in shared memory from %s: an offer to write into this rank's buffer "
                               "for %s, which %s", peer_.describe().c_str(), expect.str().c_str(),
                               item.mode != RecvMode::kCopy ? "is a reduction" : "is not at its start"),
@@ -288,8 +296,8 @@ void ShmChannel::answerPushOffer(const RecvItem& item, const OpDesc& expect) {
   to.magic = kFrameMagic;
   to.kind = uint8_t(FrameKind::kData);
   to.setDesc(expect);
-  to.bytes = item.len - at;
-  to.reserved[0] = reinterpret_cast<uint64_t>(item.dst + at);
+  to.bytes = item.len;  // the whole buffer: the sender knows where its pushed part starts
+  to.reserved[0] = reinterpret_cast<uint64_t>(item.dst);
   FrameHeader& slot = out_->push_to;
   constexpr size_t kChunkAt = offsetof(FrameHeader, chunk), kAfter = kChunkAt + sizeof to.chunk;
   auto* dst = reinterpret_cast<uint8_t*>(&slot);
@@ -302,7 +310,7 @@ void ShmChannel::answerPushOffer(const RecvItem& item, const OpDesc& expect) {
 }
 
 void ShmChannel::checkPushed(const RecvItem& item, const FrameHeader& h) {
-  if (!expectPushed_ || item.offset != pushStart(item.len) || h.bytes != item.len - item.offset)
+  if (!expectPushed_ || h.bytes != item.len - item.offset)
     throw PeerError(strFormat("protocol error in shared memory from %s: a frame says %llu bytes were written into "
                               "this rank's buffer, which it %s", peer_.describe().c_str(),
                               (unsigned long long)h.bytes, expectPushed_ ? "did not offer at that place" : "never offered"),

@@ -35,8 +35,11 @@ constexpr uint64_t kPushedMark = 0x31444548535550ull;       // "PUSHED1"
 // From this size a send that may push (SendItem::mayPush) does (2 ranks, broadcast: 1.6x at
 // 256 KiB, 2x from 4 MiB against the receiver reading all of it; a C loop of the two calls).
 constexpr uint64_t kPushMinBytes = 256 * 1024;
-// Where the pushed part starts in a message of `len` bytes (both ends compute it).
+// Where a sender's pushed part starts in a message of `len` bytes it splits with the
+// receiver (SendItem::pushAll pushes all of it); the receiver's answer names its whole buffer.
 inline uint64_t pushStart(uint64_t len) { return (len / 2) & ~uint64_t(63); }
+// A push is written in pieces of this size, each copied to SendItem::alsoCopyTo first.
+constexpr uint64_t kPushPiece = 256 * 1024;
 // Largest piece one such frame names: the receiver acknowledges (and the watchdog sees
 // progress) piece by piece.
 constexpr uint64_t kSingleCopyPiece = 1 << 20;
