@@ -23,17 +23,21 @@ namespace shm {
 // Marks a data frame whose payload stays in the sender's memory: FrameHeader.reserved[1]
 // holds it, reserved[0] the address (the ring carries the header only).
 constexpr uint64_t kSingleCopyMark = 0x31595043454c4753ull;  // "SGLECPY1"
-// Push: a one-way message between two ranks keeps both cores copying. The sender names the
+// Push: the sender writes (part of) a message into the receiver's buffer itself. A one-way
+// message between two ranks (broadcast) then keeps both cores copying: the sender names the
 // first half of its buffer (marking the first frame kPushOfferMark instead); the receiver
 // answers in its push slot (RingCtl::push_to, beside the frames: a frame it had sent before,
-// a point-to-point message, may still wait there unread) with where the second half goes
-// in its own buffer, and reads the first half, while the sender writes the second half there
-// with process_vm_writev and then sends a data frame marked kPushedMark (no payload) for
-// it. Open MPI's broadcast between two ranks has the receiver copy all of it.
+// a point-to-point message, may still wait there unread) with where its buffer is, and reads
+// the first half, while the sender writes the second half there with process_vm_writev and
+// then sends a data frame marked kPushedMark (no payload) for it. Open MPI's broadcast
+// between two ranks has the receiver copy all of it. A two-rank all_gather pushes all of
+// each block (SendItem::pushAll, an offer frame naming nothing), each piece copied to the
+// sender's own output on the way (SendItem::alsoCopyTo): each block is read once, not twice.
 constexpr uint64_t kPushOfferMark = 0x31464f4853535550ull;  // "PUSHSOF1"
 constexpr uint64_t kPushedMark = 0x31444548535550ull;       // "PUSHED1"
 // From this size a send that may push (SendItem::mayPush) does (2 ranks, broadcast: 1.6x at
-// 256 KiB, 2x from 4 MiB against the receiver reading all of it; a C loop of the two calls).
+// 256 KiB, 2x from 4 MiB against the receiver reading all of it; a C loop of the two calls;
+// docs/algorithms.md).
 constexpr uint64_t kPushMinBytes = 256 * 1024;
 // Where a sender's pushed part starts in a message of `len` bytes it splits with the
 // receiver (SendItem::pushAll pushes all of it); the receiver's answer names its whole buffer.
