@@ -32,6 +32,28 @@ constexpr size_t kReduceBufBytes = 256 * 1024;
 constexpr uint64_t kPiecesPerMessage = 4;
 constexpr uint64_t kMinPieceBytes = 16 * 1024;
 std::atomic<bool> refusalLogged{false};
+
+FrameHeader dataHeader(const OpDesc& desc, uint64_t chunk, uint64_t bytes) {
+  FrameHeader h{};
+  h.magic = kFrameMagic;
+  h.kind = uint8_t(FrameKind::kData);
+  h.setDesc(desc);
+  h.chunk = chunk;
+  h.bytes = bytes;
+  return h;
+}
+
+// Write `h` into a slot the peer polls (mail, push_to) and publish it: every word but the chunk
+// word (never read here: a read would wait for the peer's core to hand the line back), then
+// `chunk` into the chunk word (release), which the peer waits to see.
+void publishSlot(FrameHeader& slot, const FrameHeader& h, uint64_t chunk) {
+  constexpr size_t kChunkAt = offsetof(FrameHeader, chunk), kAfter = kChunkAt + sizeof h.chunk;
+  auto* to = reinterpret_cast<uint8_t*>(&slot);
+  const auto* from = reinterpret_cast<const uint8_t*>(&h);
+  memcpy(to, from, kChunkAt);
+  memcpy(to + kAfter, from + kAfter, sizeof h - kAfter);
+  __atomic_store_n(&slot.chunk, chunk, __ATOMIC_RELEASE);
+}
 }  // namespace
 
 ShmChannel::ShmChannel(PeerInfo peer, int controlFd, Segment* mine, std::shared_ptr<Segment> theirs,
@@ -80,6 +102,14 @@ void ShmChannel::copyIn(uint64_t pos, const void* src, size_t len) {
   if (first < len) memcpy(outData_, static_cast<const uint8_t*>(src) + first, len - first);
 }
 
+void ShmChannel::publishFrame(const FrameHeader& h, const uint8_t* payload) {
+  copyIn(head_, &h, sizeof h);  // never wraps: positions and capacity are 64-aligned
+  if (payload && h.bytes) copyIn(head_ + kAlign, payload, size_t(h.bytes));
+  head_ += kAlign + (payload ? roundUp(h.bytes) : 0);
+  out_->head.store(head_, std::memory_order_release);
+  theirs_->header()->bell.ringIfWaiting(lightFence_);
+}
+
 void ShmChannel::copyOut(uint64_t pos, void* dst, size_t len) const {
   uint64_t off = pos % cap_;
   size_t first = size_t(std::min<uint64_t>(len, cap_ - off));
@@ -122,21 +152,12 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
       if (piece == 0) break;
     }
     if (closed_) throwClosed("while this rank was sending");
-    FrameHeader h{};
-    h.magic = kFrameMagic;
-    h.kind = uint8_t(FrameKind::kData);
-    h.setDesc(desc);
-    h.chunk = framesSent_;
-    h.bytes = piece;
+    FrameHeader h = dataHeader(desc, framesSent_, piece);
     if (named) {  // the ring carries the header; the peer reads the bytes from our buffer
       h.reserved[0] = reinterpret_cast<uint64_t>(item.data + item.offset);
       h.reserved[1] = awaitingPushTo_ && item.frames == 0 ? kPushOfferMark : kSingleCopyMark;
     }
-    copyIn(head_, &h, sizeof h);  // never wraps: positions and capacity are 64-aligned
-    if (piece && !named) copyIn(head_ + kAlign, item.data + item.offset, size_t(piece));
-    head_ += kAlign + (named ? 0 : roundUp(piece));
-    out_->head.store(head_, std::memory_order_release);
-    theirs_->header()->bell.ringIfWaiting(lightFence_);
+    publishFrame(h, named ? nullptr : item.data + item.offset);
     LinkCounters::add(counters().bytes_sent, piece);
     noteFrameSent(item, size_t(piece));
     if (named) namedUntil_ = framesSent_;
@@ -269,17 +290,9 @@ bool ShmChannel::pushRest(SendItem& item, const OpDesc& desc) {
                               (unsigned long long)len, peer_.describe().c_str(), errnoString(err).c_str()),
                     peer_.rank, err == ESRCH);
   LinkCounters::add(pushBytes_, len);
-  FrameHeader h{};
-  h.magic = kFrameMagic;
-  h.kind = uint8_t(FrameKind::kData);
-  h.setDesc(desc);
-  h.chunk = framesSent_;
-  h.bytes = len;
+  FrameHeader h = dataHeader(desc, framesSent_, len);
   h.reserved[1] = kPushedMark;
-  copyIn(head_, &h, sizeof h);
-  head_ += kAlign;
-  out_->head.store(head_, std::memory_order_release);
-  theirs_->header()->bell.ringIfWaiting(lightFence_);
+  publishFrame(h, nullptr);
   LinkCounters::add(counters().bytes_sent, len);
   noteFrameSent(item, size_t(len));
   namedUntil_ = framesSent_;
@@ -292,19 +305,10 @@ void ShmChannel::answerPushOffer(const RecvItem& item, const OpDesc& expect) {
                               "for %s, which %s", peer_.describe().c_str(), expect.str().c_str(),
                               item.mode != RecvMode::kCopy ? "is a reduction" : "is not at its start"),
                     peer_.rank, false);
-  FrameHeader to{};
-  to.magic = kFrameMagic;
-  to.kind = uint8_t(FrameKind::kData);
-  to.setDesc(expect);
-  to.bytes = item.len;  // the whole buffer: the sender knows where its pushed part starts
+  // The whole buffer: the sender knows where its pushed part starts.
+  FrameHeader to = dataHeader(expect, 0, item.len);
   to.reserved[0] = reinterpret_cast<uint64_t>(item.dst);
-  FrameHeader& slot = out_->push_to;
-  constexpr size_t kChunkAt = offsetof(FrameHeader, chunk), kAfter = kChunkAt + sizeof to.chunk;
-  auto* dst = reinterpret_cast<uint8_t*>(&slot);
-  const auto* src = reinterpret_cast<const uint8_t*>(&to);
-  memcpy(dst, src, kChunkAt);
-  memcpy(dst + kAfter, src + kAfter, sizeof to - kAfter);
-  __atomic_store_n(&slot.chunk, ++pushAnswers_, __ATOMIC_RELEASE);
+  publishSlot(out_->push_to, to, ++pushAnswers_);
   theirs_->header()->bell.ringIfWaiting(lightFence_);
   expectPushed_ = true;
 }
@@ -326,21 +330,9 @@ bool ShmChannel::postMail(SendItem& item, const OpDesc& desc, uint64_t piece) {
     if (chunk - knownConsumed_ >= kMailSlots) return false;
   }
   if (closed_) throwClosed("while this rank was sending");
-  FrameHeader& slot = out_->mail[chunk % kMailSlots];
-  FrameHeader h{};
-  h.magic = kFrameMagic;
-  h.kind = uint8_t(FrameKind::kData);
-  h.setDesc(desc);
-  h.bytes = piece;
+  FrameHeader h = dataHeader(desc, chunk, piece);
   if (piece) memcpy(h.reserved, item.data + item.offset, size_t(piece));
-  // Everything but the chunk word (never read here: a read would wait for the peer's core to
-  // hand the line back), then the chunk word, which publishes the frame.
-  constexpr size_t kChunkAt = offsetof(FrameHeader, chunk), kAfter = kChunkAt + sizeof h.chunk;
-  auto* to = reinterpret_cast<uint8_t*>(&slot);
-  const auto* from = reinterpret_cast<const uint8_t*>(&h);
-  memcpy(to, from, kChunkAt);
-  memcpy(to + kAfter, from + kAfter, sizeof h - kAfter);
-  __atomic_store_n(&slot.chunk, chunk, __ATOMIC_RELEASE);
+  publishSlot(out_->mail[chunk % kMailSlots], h, chunk);
   theirs_->header()->bell.ringIfWaiting(lightFence_);
   LinkCounters::add(counters().bytes_sent, piece);
   noteFrameSent(item, size_t(piece));

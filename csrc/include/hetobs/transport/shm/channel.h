@@ -39,6 +39,9 @@ class ShmChannel : public Channel {
  private:
   void copyOut(uint64_t pos, void* dst, size_t len) const;       // from the in ring
   void copyIn(uint64_t pos, const void* src, size_t len);        // into the out ring
+  // Put a frame into the out ring (its payload after it, or none: named or pushed bytes),
+  // publish it and wake the peer if it sleeps. The caller made room.
+  void publishFrame(const FrameHeader& h, const uint8_t* payload);
   [[noreturn]] void throwClosed(const char* during);
   // Frame size for a message of `len` bytes through the ring (see kPiecesPerMessage).
   uint64_t pieceBytes(size_t len) const;
