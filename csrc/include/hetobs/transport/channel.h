@@ -33,9 +33,9 @@ struct SendItem {
   // false: copy through the link even where the receiver could read our buffer itself (shm
   // single copy): a one-way transfer between two ranks is faster as two copies in parallel.
   bool peerMayRead = true;
-  // A one-way message between two ranks over shared memory: the sender may write the second
-  // half into the receiver's buffer while the receiver reads the first (shm/single_copy.h,
-  // "push"); where that is not allowed, peerMayRead decides as before.
+  // Two ranks over shared memory: the sender may write part of the message into the
+  // receiver's buffer itself (shm/single_copy.h, "push"): the second half, the receiver reading
+  // the first, or all of it (pushAll); where that is not allowed, peerMayRead decides as before.
   bool mayPush = false;
   // With mayPush: push all of it (the receiver reads none), each piece also copied to
   // alsoCopyTo (when set) just before it is written to the peer, while it is in this core's

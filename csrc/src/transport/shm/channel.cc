@@ -69,7 +69,7 @@ ShmChannel::ShmChannel(PeerInfo peer, int controlFd, Segment* mine, std::shared_
   // Registers this process for membarriers (asymmetric_fence.h) before its first ring.
   lightFence_ = asymmetricFencesAvailable() && theirs_->header()->bell.heavy_waiter.load(std::memory_order_acquire) == 1;
   head_ = out_->head.load(std::memory_order_relaxed);
-  knownTail_ = out_->tail.load(std::memory_order_relaxed);
+  seenOutTail_ = out_->tail.load(std::memory_order_relaxed);
   tail_ = in_->tail.load(std::memory_order_relaxed);
   setNonBlocking(ctl_, true);
   if (shmSingleCopyBytes() < kSingleCopyOff) {
@@ -100,6 +100,12 @@ void ShmChannel::copyIn(uint64_t pos, const void* src, size_t len) {
   size_t first = size_t(std::min<uint64_t>(len, cap_ - off));
   memcpy(outData_ + off, src, first);
   if (first < len) memcpy(outData_, static_cast<const uint8_t*>(src) + first, len - first);
+}
+
+uint64_t ShmChannel::outRoom(uint64_t wanted) {
+  // The peer's tail as last seen, read again only when that leaves less than `wanted`.
+  if (cap_ - (head_ - seenOutTail_) < wanted) seenOutTail_ = out_->tail.load(std::memory_order_acquire);
+  return cap_ - (head_ - seenOutTail_);
 }
 
 void ShmChannel::publishFrame(const FrameHeader& h, const uint8_t* payload) {
@@ -140,10 +146,7 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
       continue;
     }
     const uint64_t wanted = named ? kAlign : kAlign + roundUp(piece);
-    // The peer's tail as last read, read again only when it leaves too little room: a fresh
-    // read is a cache miss on the line the consumer writes per frame, before every send.
-    if (cap_ - (head_ - knownTail_) < wanted) knownTail_ = out_->tail.load(std::memory_order_acquire);
-    uint64_t freeBytes = cap_ - (head_ - knownTail_);
+    uint64_t freeBytes = outRoom(wanted);
     if (named) {
       if (freeBytes < kAlign) break;
     } else if (freeBytes < wanted) {
@@ -166,9 +169,8 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
   // Acquire: the peer's reads of our buffer happened before it acknowledged them.
   uint64_t acked = out_->consumed_frames.load(std::memory_order_acquire);
   noteAcked(acked);
+  seenAcked_ = acked;  // also frees mail slots for the next send (postMail) without a read of its own
   if (item.offset == item.len && item.frames > 0 && acked >= namedUntil_) return noteSendDone(item);
-  seenAcked_ = acked;
-  knownConsumed_ = acked;
   seenOutTail_ = out_->tail.load(std::memory_order_acquire);
   if (moved) noteActivity();
   if (closed_) throwClosed("while this rank was sending");
@@ -260,8 +262,7 @@ bool ShmChannel::pushes(const SendItem& item) const {
 
 bool ShmChannel::pushRest(SendItem& item, const OpDesc& desc) {
   // Room for the frame that says the rest is in place, before the rest is written.
-  if (cap_ - (head_ - knownTail_) < kAlign) knownTail_ = out_->tail.load(std::memory_order_acquire);
-  if (cap_ - (head_ - knownTail_) < kAlign) return false;
+  if (outRoom(kAlign) < kAlign) return false;
   const FrameHeader& slot = in_->push_to;
   if (__atomic_load_n(&slot.chunk, __ATOMIC_ACQUIRE) != pushOffers_ + 1) return false;
   FrameHeader to;
@@ -325,9 +326,9 @@ void ShmChannel::checkPushed(const RecvItem& item, const FrameHeader& h) {
 bool ShmChannel::postMail(SendItem& item, const OpDesc& desc, uint64_t piece) {
   const uint64_t chunk = framesSent_;
   // Slot chunk % kMailSlots last held frame chunk - kMailSlots: free once that one is acknowledged.
-  if (chunk - knownConsumed_ >= kMailSlots) {
-    knownConsumed_ = out_->consumed_frames.load(std::memory_order_acquire);
-    if (chunk - knownConsumed_ >= kMailSlots) return false;
+  if (chunk - seenAcked_ >= kMailSlots) {
+    seenAcked_ = out_->consumed_frames.load(std::memory_order_acquire);
+    if (chunk - seenAcked_ >= kMailSlots) return false;
   }
   if (closed_) throwClosed("while this rank was sending");
   FrameHeader h = dataHeader(desc, chunk, piece);

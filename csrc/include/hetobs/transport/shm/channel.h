@@ -42,6 +42,8 @@ class ShmChannel : public Channel {
   // Put a frame into the out ring (its payload after it, or none: named or pushed bytes),
   // publish it and wake the peer if it sleeps. The caller made room.
   void publishFrame(const FrameHeader& h, const uint8_t* payload);
+  // Free bytes in the out ring, at least `wanted` if the peer has made that much room.
+  uint64_t outRoom(uint64_t wanted);
   [[noreturn]] void throwClosed(const char* during);
   // Frame size for a message of `len` bytes through the ring (see kPiecesPerMessage).
   uint64_t pieceBytes(size_t len) const;
@@ -76,10 +78,11 @@ class ShmChannel : public Channel {
   uint64_t cap_;
   uint64_t maxPiece_;
   uint64_t head_ = 0;  // our producer position in out_
-  uint64_t knownTail_ = 0;  // the peer's consumer position in out_ as last read (<= the real one)
-  uint64_t knownConsumed_ = 0;  // the peer's consumed_frames of out_ as last read (mail slots free)
   uint64_t tail_ = 0;  // our consumer position in in_
-  // What progressSend last saw of the peer's side of out_ (peerMovedSinceLastLook).
+  // What progressSend last saw of the peer's side of out_: news to a waiter when they move
+  // (peerMovedSinceLastLook); never ahead of the real values, so the send path judges room in
+  // the ring and free mail slots by them and reads the peer's lines again only when they say
+  // too little (each read is a cache miss on a line the peer writes per frame).
   uint64_t seenOutTail_ = 0;
   uint64_t seenAcked_ = 0;
   // Single copy. Receiving: whether we can read the peer's memory (and told it so), its pid,
@@ -90,8 +93,8 @@ class ShmChannel : public Channel {
   int peerPid_ = 0;
   std::vector<uint8_t> reduceBuf_;
   uint64_t namedUntil_ = 0;
-  // Push. Sending: where the item's pushed part starts (0: it is not pushed), whether the
-  // peer's answer is still due, and the offers answered so far on this link. Receiving: the
+  // Push. Sending: whether the item pushes and the peer's answer is still due, where its
+  // pushed part starts, and the offers answered so far on this link. Receiving: the
   // offers this end answered, and whether the frame saying the pushed part is in place is due.
   uint64_t pushAt_ = 0;
   bool awaitingPushTo_ = false;
