@@ -109,8 +109,7 @@ peer = 1 - comm.rank
 # the receivers' answers to the push offers must not queue behind it.
 if comm.rank == 1:
     comm.send(np.arange(3, dtype=np.int32), 0)
-sizes = [PUSH_MIN - 1, PUSH_MIN, 300001, (3 << 20) + 5, 40 << 20]
-for n in sizes:
+for n in BC_SIZES:
     want = (np.arange(n, dtype=np.int64) * 2654435761 + n).astype(np.uint8)
     x = want.copy() if comm.rank == 0 else np.zeros(n, np.uint8)
     comm.broadcast(x, 0)
@@ -147,13 +146,13 @@ def test_two_rank_broadcast_and_all_gather_push_into_the_receivers_buffer(tmp_pa
     exactly what was pushed and what arrived in one copy, and a message parked in the root's
     ring does not hold up the receiver's answer."""
     push_min = 256 * 1024
+    sizes = [push_min - 1, push_min, 300001, (3 << 20) + 5, 40 << 20]  # broadcast, uint8
     ag_sizes = [push_min // 8 - 1, push_min // 8, 300001]  # float64 blocks: under, at and over push_min
-    body = PUSH.replace("PUSH_MIN", str(push_min)).replace("AG_SIZES", str(ag_sizes))
+    body = PUSH.replace("BC_SIZES", str(sizes)).replace("AG_SIZES", str(ag_sizes))
     with InlineJob(body, 2, tmp_path, env={"HETOBS_SHM_SINGLE_COPY_BYTES": THRESHOLD}) as job:
         runs = job.wait(120)
     assert all(r.returncode == 0 for r in runs), [r.stderr[-3000:] for r in runs]
     got = [json.loads(r.stdout.split("RESULT ", 1)[1]) for r in runs]
-    sizes = [push_min - 1, push_min, 300001, (3 << 20) + 5, 40 << 20]
     start = [(n // 2) & ~63 for n in sizes]  # shm::pushStart
     pushed = sum(n - s for n, s in zip(sizes, start) if n >= push_min)
     # rank 0 wrote the second halves into rank 1's buffer; everything reached rank 1 in one copy

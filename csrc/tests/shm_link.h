@@ -19,7 +19,6 @@ using hetobs::SendItem;
 using hetobs::shm::Segment;
 using hetobs::shm::ShmChannel;
 
-
 inline constexpr uint64_t kRingBytes = 64 * 1024;
 inline constexpr uint64_t kRingFrameOf8Bytes = 128;  // a 64 B header and the payload rounded to 64
 
