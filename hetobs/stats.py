@@ -24,13 +24,14 @@ __all__ = [
 ]
 
 MAGIC = b"HTBSTATS"
-VERSION = 3  # 2: island fields in the header and in each op record; 3: a CommStats slot for relay ops
+VERSION = 4  # 2: island fields in the header and in each op record; 3: a CommStats slot for relay ops;
+# 4: each op record names its device and library
 OP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier", "send",
             "recv", "gather", "scatter", "relay")
 # Versions read, with the op kinds each one's CommStats counts: only comm_bytes grew from 2
 # to 3 (and comms are stepped by comm_bytes), so a segment of a rank still on the older
 # build reads the same, without relay counts.
-_OP_KINDS_OF_VERSION = {2: 11, 3: len(OP_KINDS)}
+_OP_KINDS_OF_VERSION = {2: 11, 3: len(OP_KINDS), 4: len(OP_KINDS)}
 LATENCY_BUCKETS = 24  # bucket b: duration < 2**b microseconds (the last one: everything above)
 BANDWIDTH_BUCKETS = 20  # bucket b: busbw < 2**b MB/s (the last one: everything above)
 _DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
@@ -62,6 +63,8 @@ HEALTH_FIELDS = ("rtt_us", "rttvar_us", "retransmits_total", "retransmitting", "
                  "delivery_rate_bps", "bytes_acked", "bytes_received", "ms_since_data_sent",
                  "ms_since_data_recv", "ms_since_ack_recv", "rate_app_limited")
 _RECORD = struct.Struct("<QQQQQQQQqqqddiiiBBBBBBB5x96s" "16s" "qqqq" "I4x")
+_RECORD_NAMES = struct.Struct("<16s16s")  # version 4: device and library, after _RECORD
+_DEVICE_CODES = ("cpu", "cuda", "other")
 
 
 class StatsError(ValueError):
@@ -205,9 +208,11 @@ def _cstr(b: bytes) -> str:
 def _records(buf: mmap.mmap, h: dict[str, int], offset_ns: int, limit: int) -> Iterator[dict[str, object]]:
     cap, size, base, end = h["record_capacity"], h["record_bytes"], h["records_offset"], h["records_next"]
     start = max(0, end - cap, end - limit)
+    named = h["version"] >= 4
     for rid in range(start, end):
-        raw = _seqlocked(buf, base + (rid % cap) * size, _RECORD.size)
-        v = _RECORD.unpack(raw)
+        raw = _seqlocked(buf, base + (rid % cap) * size, _RECORD.size + (_RECORD_NAMES.size if named else 0))
+        v = _RECORD.unpack_from(raw)
+        device, library = _RECORD_NAMES.unpack_from(raw, _RECORD.size) if named else (b"", b"")
         if v[1] != rid:
             continue  # overwritten while we read
         op = OP_KINDS[v[16]] if v[16] < len(OP_KINDS) else "invalid"
@@ -223,7 +228,8 @@ def _records(buf: mmap.mmap, h: dict[str, int], offset_ns: int, limit: int) -> I
             "state": _STATES[v[19]] if v[19] < len(_STATES) else "invalid",
             "algorithm": _ALGOS[v[20]] if v[20] < len(_ALGOS) else "invalid",
             "backend": _BACKENDS[v[21]] if v[21] < len(_BACKENDS) else "invalid",
-            "device_type": "cuda" if v[22] == 1 else "cpu",
+            "device_type": _cstr(device) or (_DEVICE_CODES[v[22]] if v[22] < len(_DEVICE_CODES) else "invalid"),
+            "library": _cstr(library) or None,
             "error": _cstr(v[23]) or None,
             # Hierarchical (island) ops only; None for every other op (as in _core.records()).
             "island": island or None,

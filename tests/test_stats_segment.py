@@ -60,7 +60,9 @@ def test_layout_matches_the_native_structs() -> None:
     assert native["sizeof.CommStats"] == stats._COMM_HEAD.size + len(stats.OP_KINDS) * stats._OPKIND.size
     assert native["sizeof.LinkStats"] == stats._LINK.size + stats._HEALTH.size
     assert native["LinkStats.health"] == stats._LINK.size  # appended: shorter-layout readers skip it
-    assert native["sizeof.OpRecord"] == stats._RECORD.size
+    assert native["sizeof.OpRecord"] == stats._RECORD.size + stats._RECORD_NAMES.size
+    assert native["OpRecord.device"] == stats._RECORD.size  # version 4's names follow the older fields
+    assert native["OpRecord.library"] == native["OpRecord.device"] + 16
     # Field offsets the reader depends on, computed from its struct format.
     fmt = stats._HEADER.format
     for field_name, key in [("heartbeat_ns", "StatsHeader.heartbeat_ns"), ("records_next", "StatsHeader.records_next"),

@@ -15,6 +15,7 @@
 #include "hetobs/observe/dump_tree.h"
 #include "hetobs/observe/runtime.h"
 #include "hetobs/relay/copy_lane.h"
+#include "hetobs/relay/device_lane_hooks.h"
 #include "hetobs/relay/relay.h"
 #include "fast_entry.h"
 #include "register.h"
@@ -71,8 +72,10 @@ using MessageList = std::vector<std::tuple<int, uintptr_t, size_t>>;  // (peer, 
 
 std::shared_ptr<RelayRequest> makeRelay(const Communicator& c, const MessageList& sends, const MessageList& recvs,
                                         int stage, bool pipeline, size_t chunk, size_t slots, int device,
-                                        uintptr_t cudaStream) {
-  if (stage < 0 || stage > int(RelayStage::kCuda)) throw py::value_error("invalid relay stage code " + std::to_string(stage));
+                                        uintptr_t cudaStream, int deviceType, py::object deviceStream) {
+  if (stage < 0 || stage > int(RelayStage::kDevice)) throw py::value_error("invalid relay stage code " + std::to_string(stage));
+  if (stage == int(RelayStage::kDevice) && (deviceType < 0 || device < 0))
+    throw py::value_error("relay stage 'device' needs the buffers' device type and index");
   if (chunk < 1) throw py::value_error("relay chunk_bytes must be at least 1");
   if (slots < 1) throw py::value_error("relay slots must be at least 1");
   auto r = std::make_shared<RelayRequest>();
@@ -82,6 +85,11 @@ std::shared_ptr<RelayRequest> makeRelay(const Communicator& c, const MessageList
   r->slots = slots;
   r->device = device;
   r->cuda_stream = reinterpret_cast<void*>(cudaStream);
+  r->device_type = deviceType;
+  if (!deviceStream.is_none()) {
+    r->device_stream = deviceStream.cast<int64_t>();
+    r->order_after_stream = true;
+  }
   for (const auto& pair : {std::make_pair(&sends, &r->sends), std::make_pair(&recvs, &r->recvs)}) {
     for (const auto& [peer, addr, bytes] : *pair.first) {
       if (peer < 0 || peer >= c.size() || peer == c.rank())
@@ -306,8 +314,10 @@ void registerComm(py::module_& m) {
       .def(
           "relay",
           [](Communicator& c, const MessageList& sends, const MessageList& recvs, int stage, bool pipeline,
-             size_t chunk, size_t slots, double timeout, bool async, int device, uintptr_t cudaStream) -> py::object {
-            auto req = makeRelay(c, sends, recvs, stage, pipeline, chunk, slots, device, cudaStream);
+             size_t chunk, size_t slots, double timeout, bool async, int device, uintptr_t cudaStream,
+             int deviceType, py::object deviceStream) -> py::object {
+            auto req = makeRelay(c, sends, recvs, stage, pipeline, chunk, slots, device, cudaStream, deviceType,
+                                 std::move(deviceStream));
             OpArgs a;
             a.op = OpKind::kRelay;
             a.dtype = DType::kUint8;
@@ -325,7 +335,7 @@ void registerComm(py::module_& m) {
           },
           py::arg("sends"), py::arg("recvs"), py::arg("stage"), py::arg("pipeline"), py::arg("chunk_bytes"),
           py::arg("slots"), py::arg("timeout"), py::arg("async_op"), py::arg("device") = -1,
-          py::arg("cuda_stream") = 0)
+          py::arg("cuda_stream") = 0, py::arg("device_type") = -1, py::arg("device_stream") = py::none())
       .def(
           "split",
           [](Communicator& c, int color, int key) {
@@ -414,17 +424,22 @@ void registerComm(py::module_& m) {
   py::class_<ExternalComm, std::shared_ptr<ExternalComm>>(m, "ExternalComm",
                                                           "Records ops that a vendor library runs (Gloo, NCCL, MPI).")
       .def(py::init([](uint64_t id, std::vector<int> global, int rank, int backend, int device, std::string name,
-                       std::string island) {
+                       std::string island, std::string deviceName, std::string library) {
              if (backend < 0 || backend > int(Backend::kVendor)) throw py::value_error("invalid backend code");
+             if (device < 0 || device > int(DeviceType::kOther)) throw py::value_error("invalid device code");
+             if (deviceName.size() >= kDeviceNameBytes || library.size() >= kLibraryNameBytes)
+               throw py::value_error("ExternalComm: device_name and library are at most " +
+                                     std::to_string(kDeviceNameBytes - 1) + " bytes");
              if (rank < 0 || rank >= int(global.size())) throw py::value_error("rank outside the member list");
              checkIsland(island, Backend(backend));
              auto c = std::make_shared<ExternalComm>(id, std::move(global), rank, Backend(backend),
-                                                     DeviceType(device), std::move(name), std::move(island));
+                                                     DeviceType(device), std::move(name), std::move(island),
+                                                     std::move(deviceName), std::move(library));
              c->attach();
              return c;
            }),
            py::arg("comm_id"), py::arg("global_ranks"), py::arg("rank"), py::arg("backend"), py::arg("device"),
-           py::arg("name") = "", py::arg("island") = "")
+           py::arg("name") = "", py::arg("island") = "", py::arg("device_name") = "", py::arg("library") = "")
       .def(
           "begin",
           [](ExternalComm& c, int op, int dtype, int redop, int rootOrPeer, uint64_t count, uint64_t outCount,
@@ -488,6 +503,19 @@ void registerComm(py::module_& m) {
       .def_property_readonly("rank", &ExternalComm::rank)
       .def_property_readonly("size", &ExternalComm::size);
 
+  m.def(
+      "set_device_lane_hooks",
+      [](py::capsule hooks) {
+        if (std::string(hooks.name() ? hooks.name() : "") != kDeviceLaneHooksCapsule)
+          throw py::type_error("set_device_lane_hooks: expected hetobs._torch_ext.device_lane_hooks()");
+        auto* h = hooks.get_pointer<DeviceLaneHooks>();
+        if (h->abi != kDeviceLaneHooksAbi)
+          throw py::type_error("set_device_lane_hooks: hetobs._core and hetobs._torch_ext were built from different "
+                               "sources");
+        setDeviceLaneHooks(h);  // the table is static in hetobs._torch_ext, which is never unloaded
+      },
+      py::arg("hooks"), "Let the relay copy to and from any torch device (stage 'device').");
+  m.def("device_lane_hooks_set", []() { return deviceLaneHooks() != nullptr; });
   m.def(
       "relay_copy_bench",
       [](uintptr_t src, size_t nbytes, size_t chunk, size_t slots) {

@@ -424,8 +424,7 @@ def all_to_all(h: Hierarchy, clock: PhaseClock, out: torch.Tensor, inp: torch.Te
 
 
 def barrier(h: Hierarchy, clock: PhaseClock) -> None:
-    device = "cuda" if h.island.device == "cuda" else "cpu"
-    all_reduce(h, clock, torch.zeros(1, dtype=torch.int32, device=device), dist.ReduceOp.SUM)
+    all_reduce(h, clock, torch.zeros(1, dtype=torch.int32, device=h.island.device), dist.ReduceOp.SUM)
 
 
 def send(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, peer: int) -> None:

@@ -8,6 +8,7 @@
 
 #include "hetobs/collectives/algorithm.h"
 #include "hetobs/common/clock.h"
+#include "hetobs/common/log.h"
 #include "hetobs/relay/pipeline.h"
 #include "hetobs/relay/relay_state.h"
 
@@ -170,6 +171,18 @@ void relayUnpipelined(Communicator& c, RelayRequest& r, RelayState& st, StagedPa
   }
 }
 
+// No copy may touch the caller's buffers after the op returned: wait for both directions'
+// copies, each on its own, so one lane that fails to drain does not leave the other running.
+void drainAfterFailure(StagedPath& path) {
+  for (CopyLane* lane : {path.in.get(), path.out.get()}) {
+    try {
+      lane->drain();
+    } catch (const std::exception& e) {
+      HETOBS_WARN("relay: a copy lane failed to drain after the op failed: %s", e.what());
+    }
+  }
+}
+
 uint64_t chunksOf(const RelayRequest& r) {
   uint64_t n = 0;
   for (const auto* list : {&r.sends, &r.recvs})
@@ -191,37 +204,30 @@ void relay(Communicator& c, const OpArgs& a) {
   st.pipeline.store(r.pipeline, std::memory_order_relaxed);
   st.chunk_bytes.store(r.chunk_bytes, std::memory_order_relaxed);
   st.slots.store(r.slots, std::memory_order_relaxed);
+  st.device_type.store(r.device_type, std::memory_order_relaxed);
+  st.device_index.store(r.device, std::memory_order_relaxed);
   checkLinks(c, r, peersOf(r));
-  StagedPath* path = r.stage == RelayStage::kNone ? nullptr : &st.path(r.stage, r.device);
-  if (path) {
-    path->in->activate();  // both lanes share the device
-    if (r.cuda_stream) {  // sources are written, and destinations may still be read, on the caller's stream
-      path->in->orderAfter(r.cuda_stream);
-      path->out->orderAfter(r.cuda_stream);
-    }
+  StagedPath* path = r.stage == RelayStage::kNone ? nullptr : &st.path(r);
+  // Sources are written, and destinations may still be read, on the caller's stream.
+  void* callerStream = r.stage == RelayStage::kCuda   ? r.cuda_stream
+                       : r.stage == RelayStage::kDevice && r.order_after_stream
+                           ? reinterpret_cast<void*>(intptr_t(r.device_stream))
+                           : nullptr;
+  if (path && (callerStream || (r.stage == RelayStage::kDevice && r.order_after_stream))) {
+    path->in->orderAfter(callerStream);
+    path->out->orderAfter(callerStream);
   }
   int64_t in0 = path ? path->in->busyNs() : 0, out0 = path ? path->out->busyNs() : 0;
   try {
     if (r.pipeline) {
       RelayPipeline p(r, st, path);
-      try {
-        c.exchangeFed(p);
-      } catch (...) {
-        p.drain();
-        throw;
-      }
+      c.exchangeFed(p);
       r.phases.wire_ns = p.wireNs();
     } else {
       relayUnpipelined(c, r, st, path);
     }
   } catch (...) {
-    if (path) {  // no copy may touch the caller's buffers after the op returned
-      try {
-        path->in->drain();
-        path->out->drain();
-      } catch (...) {
-      }
-    }
+    if (path) drainAfterFailure(*path);
     throw;
   }
   if (path) {
