@@ -1427,6 +1427,7 @@ PROGRAMS: dict[str, Callable[[Ctx, dict[str, Any]], dict[str, Any]]] = {
     "selftest": prog_selftest,
     "island_ops": prog_island_ops,
     "relay": lambda ctx, args: __import__("relay_programs").run(ctx, args),  # tests/relay_programs.py
+    "device_relay": lambda ctx, args: __import__("device_relay_programs").run(ctx, args),  # tests/device_relay_programs.py
     "strangers": lambda ctx, args: __import__("wire_programs").strangers(ctx, args),  # tests/wire_programs.py
     "fuzz_target": lambda ctx, args: __import__("wire_programs").fuzz_target(ctx, args),
     "wait_chain": prog_wait_chain,

@@ -139,6 +139,52 @@ def test_one_island_with_two_libraries_is_refused_naming_both_ranks(tmp_path: Pa
     assert "ERROR island 'a'" in runs[1].stdout or runs[1].returncode != 0, runs[1]
 
 
+REFUSE_BODY = ("import os, torch.distributed as dist, hetobs\n"
+               "if os.environ.get('LOAD_STANDIN') == '1':\n"
+               "    import hetobs_standin\n"
+               "try:\n"
+               "    dist.init_process_group('hetobs_islands')\n"
+               "except ValueError as e:\n"
+               "    print('ERROR', e, flush=True)\n"
+               "    raise SystemExit(3)\n")
+STANDIN = {"HETOBS_ISLAND": "s", "HETOBS_ISLAND_DEVICE": "standin", "LOAD_STANDIN": "1"}
+CPU = {"HETOBS_ISLAND": "c", "HETOBS_ISLAND_BACKEND": "gloo"}
+
+
+@pytest.mark.parametrize("rank1, error", [
+    # a library that cannot carry the island's device
+    ({**STANDIN, "HETOBS_ISLAND_BACKEND": "gloo"},
+     "island 's': rank 1 cannot run backend gloo on standin: gloo carries cpu, cuda tensors, not standin"),
+    ({**STANDIN, "HETOBS_ISLAND_BACKEND": "hetobs"},
+     "island 's': rank 1 cannot run backend hetobs on standin: the native transport inside an island moves host"),
+    # the island's device is missing on the rank (the vendor's plugin is not loaded there)
+    ({**STANDIN, "LOAD_STANDIN": "0", "HETOBS_ISLAND_BACKEND": "sccl"},
+     "island 's': rank 1 has no standin device available (backend sccl)"),
+    # a library torch cannot use for an island's ranks
+    ({**CPU, "HETOBS_ISLAND_BACKEND": "mpi"}, "island 'c': rank 1 cannot run backend mpi on cpu"),
+], ids=["gloo-on-standin", "native-on-standin", "device-missing", "mpi"])
+def test_an_unusable_island_is_refused_on_every_rank_before_anything_is_sent(rank1: dict, error: str,
+                                                                              tmp_path: Path) -> None:
+    with InlineJob(REFUSE_BODY, 2, tmp_path, rank_env={0: CPU, 1: rank1}) as job:
+        runs = job.wait(60)
+    assert runs[1].returncode == 3 and f"ERROR {error}" in runs[1].stdout, (runs[1].stdout, runs[1].stderr[-2000:])
+    # The other rank reads the refusal from the store and fails at once with the same words.
+    assert runs[0].returncode == 3 and f"rank 1 cannot join the islands: {error}" in runs[0].stdout, \
+        (runs[0].stdout, runs[0].stderr[-2000:])
+    assert not list((tmp_path / "hetobs").glob("*/ranks/*.json")), "no native transport may start"
+
+
+def test_one_island_on_two_device_types_is_refused_naming_both(tmp_path: Path) -> None:
+    # Each rank's own settings are usable; together they would put one island on two devices.
+    rank_env = {0: {**STANDIN, "HETOBS_ISLAND_BACKEND": "sccl"},
+                1: {"HETOBS_ISLAND": "s", "HETOBS_ISLAND_BACKEND": "gloo", "HETOBS_ISLAND_DEVICE": "cpu"}}
+    with InlineJob(REFUSE_BODY, 2, tmp_path, rank_env=rank_env) as job:
+        runs = job.wait(60)
+    error = "island 's': rank 1 has backend 'gloo' on 'cpu', but rank 0 has 'sccl' on 'standin'"
+    assert f"ERROR {error}" in runs[0].stdout, (runs[0].stdout, runs[0].stderr[-2000:])
+    assert f"ERROR {error}" in runs[1].stdout or runs[1].returncode != 0, runs[1]
+
+
 def torchrun(backend: str, tmp: Path, layout: str = "a:gloo,b:hetobs,a:gloo,b:hetobs") -> list[dict]:
     tmp.mkdir(parents=True)
     env = dict(os.environ, TORCH_BACKEND=backend, HETOBS_DIR=str(tmp / "hetobs"), OMP_NUM_THREADS="1",

@@ -3,7 +3,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <map>
 #include <mutex>
+#include <tuple>
 
 #include "hetobs/collectives/algorithm.h"
 #include "hetobs/comm/communicator.h"
@@ -518,34 +520,46 @@ void registerComm(py::module_& m) {
   m.def("device_lane_hooks_set", []() { return deviceLaneHooks() != nullptr; });
   m.def(
       "relay_copy_bench",
-      [](uintptr_t src, size_t nbytes, size_t chunk, size_t slots) {
-        // The relay's copy stage alone, as the pipeline runs it: chunk-sized copies on one
-        // copy thread into a ring of `slots` staging slots. Returns the nanoseconds it took.
+      [](uintptr_t addr, size_t nbytes, size_t chunk, size_t slots, int deviceType, int deviceIndex, bool toDevice) {
+        // One copy stage alone, as the pipeline runs it: chunk-sized copies on one lane into (or
+        // out of) a ring of `slots` staging slots. deviceType < 0: host memcpy on a copy thread
+        // from `addr`; else the device lane of (deviceType, deviceIndex), device -> staging, or
+        // staging -> device (toDevice) at `addr`. Returns the nanoseconds it took.
         if (chunk < 1 || slots < 1) throw py::value_error("chunk and slots must be at least 1");
         py::gil_scoped_release nogil;
-        // One lane and staging for the process, made on the first call (as a communicator's
-        // are on its first relay), so a timing holds no thread start or page faults.
+        // One lane and staging per kind for the process, made on the first call (as a
+        // communicator's are on its first relay), so a timing holds no thread start or page faults.
+        struct Bench {
+          std::unique_ptr<CopyLane> lane;
+          uint8_t* staging = nullptr;
+          size_t stagingBytes = 0;
+        };
         static std::mutex mu;
-        static std::unique_ptr<CopyLane> lane;
-        static uint8_t* staging = nullptr;
-        static size_t stagingBytes = 0;
+        static std::map<std::tuple<int, int, bool>, Bench> benches;
         std::lock_guard<std::mutex> lk(mu);
-        if (!lane) lane = makeHostCopyLane(nullptr);
-        if (stagingBytes < chunk * slots) {
-          if (staging) lane->freeStaging(staging);
-          staging = lane->allocStaging(chunk * slots);
-          stagingBytes = chunk * slots;
+        Bench& b = benches[{deviceType, deviceIndex, toDevice}];
+        if (!b.lane)
+          b.lane = deviceType < 0 ? makeHostCopyLane(nullptr)
+                                  : makeDeviceCopyLane(deviceType, deviceIndex, toDevice, nullptr);
+        if (b.stagingBytes < chunk * slots) {
+          if (b.staging) b.lane->freeStaging(b.staging);
+          b.staging = b.lane->allocStaging(chunk * slots);
+          b.stagingBytes = chunk * slots;
         }
-        const uint8_t* p = reinterpret_cast<const uint8_t*>(src);
+        uint8_t* p = reinterpret_cast<uint8_t*>(addr);
         int64_t t0 = monoNs();
-        uint64_t last = lane->completed();
+        uint64_t last = b.lane->completed();
         size_t i = 0;
-        for (size_t off = 0; off < nbytes; off += chunk, ++i)
-          last = lane->post(staging + (i % slots) * chunk, p + off, std::min(chunk, nbytes - off));
-        while (lane->completed() < last) lane->waitFor(last, 1000000000);
+        for (size_t off = 0; off < nbytes; off += chunk, ++i) {
+          uint8_t* slot = b.staging + (i % slots) * chunk;
+          size_t n = std::min(chunk, nbytes - off);
+          last = toDevice ? b.lane->post(p + off, slot, n) : b.lane->post(slot, p + off, n);
+        }
+        while (b.lane->completed() < last) b.lane->waitFor(last, 1000000000);
         return monoNs() - t0;
       },
-      py::arg("src"), py::arg("nbytes"), py::arg("chunk_bytes"), py::arg("slots"));
+      py::arg("addr"), py::arg("nbytes"), py::arg("chunk_bytes"), py::arg("slots"), py::arg("device_type") = -1,
+      py::arg("device_index") = -1, py::arg("to_device") = false);
   m.def(
       "buffer_address",
       [](py::handle obj) {

@@ -35,6 +35,8 @@ PYBIND11_MODULE(_C, m) {
     return d;
   }, py::arg("device") = 0, "Bytes, copies and busy time of each copy engine of `device` since start.");
   m.def("device_bytes_in_use", &standin::deviceBytesInUse);
+  m.def("host_waits", [](int device, int stream) { return standin::stream(device, stream)->host_waits.load(); },
+        py::arg("device"), py::arg("stream_id"), "Times a host thread blocked on that stream so far.");
   m.def("is_device_address", [](uintptr_t p) { return standin::isDevicePtr(reinterpret_cast<void*>(p)); });
   m.def("make_sccl", &standin::makeSccl, py::arg("host"), py::arg("rank"), py::arg("size"),
         "sccl over `host`, a c10d backend of host memory (a ProcessGroupGloo).");

@@ -124,6 +124,12 @@ void announce() {
   g_progress_cv.notify_all();
 }
 
+// Any thread (a stream worker honouring an event, or the host) until `s` reached `seq`.
+void blockUntil(Stream* s, uint64_t seq) {
+  std::unique_lock<std::mutex> g(g_progress_m);
+  g_progress_cv.wait(g, [&] { return s->completed() >= seq; });
+}
+
 }  // namespace
 
 int64_t nowNs() {
@@ -183,8 +189,8 @@ void Stream::run() {
       it = std::move(q_.front());
       q_.pop_front();
     }
-    if (it.wait_stream) {
-      waitFor(it.wait_stream, it.wait_seq);
+    if (it.wait_stream) {  // a device-side wait: this stream stalls, no host thread does
+      if (it.wait_stream->completed() < it.wait_seq) blockUntil(it.wait_stream, it.wait_seq);
     } else if (it.engine) {
       Engine& e = *it.engine;
       int64_t start, end;
@@ -215,8 +221,8 @@ void Stream::run() {
 
 void waitFor(Stream* s, uint64_t seq) {
   if (s->completed() >= seq) return;
-  std::unique_lock<std::mutex> g(g_progress_m);
-  g_progress_cv.wait(g, [&] { return s->completed() >= seq; });
+  s->host_waits.fetch_add(1, std::memory_order_relaxed);
+  blockUntil(s, seq);
 }
 
 int deviceCount() { return rt().count; }

@@ -75,6 +75,9 @@ class Stream {
   uint64_t issued();
   uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
   void synchronize();                 // host waits for everything issued so far
+  // Times a host thread blocked on this stream (synchronize, an event's synchronize, a
+  // blocking copy): lets tests tell device-side ordering from a host synchronisation.
+  std::atomic<uint64_t> host_waits{0};
 
  private:
   struct Item {
@@ -96,7 +99,7 @@ class Stream {
   std::thread worker_;
 };
 
-// Host threads waiting for any stream to move (stream syncs, waits across streams).
+// A host thread waits until `s` reached `seq` (counted in s->host_waits when it blocks).
 void waitFor(Stream* s, uint64_t seq);
 
 int deviceCount();

@@ -31,7 +31,7 @@ import torch
 
 from . import _C
 
-__all__ = ["DEVICE", "BACKEND", "set_copy_bandwidth", "engine_stats", "device_bytes_in_use"]
+__all__ = ["DEVICE", "BACKEND", "set_copy_bandwidth", "engine_stats", "device_bytes_in_use", "host_waits"]
 
 DEVICE = "standin"
 BACKEND = "sccl"
@@ -86,6 +86,12 @@ def engine_stats(device: int = 0) -> dict[str, dict[str, float]]:
 
 def device_bytes_in_use() -> int:
     return int(_C.device_bytes_in_use())
+
+
+def host_waits(stream: torch.Stream) -> int:
+    """Times a host thread blocked on `stream` (synchronize, a blocking copy): a test of
+    device-side ordering checks that a call left this unchanged."""
+    return int(_C.host_waits(stream.device_index, stream.stream_id))
 
 
 def _create_sccl(opts: Any, backend_options: Any = None) -> Any:

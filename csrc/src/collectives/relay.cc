@@ -8,7 +8,6 @@
 
 #include "hetobs/collectives/algorithm.h"
 #include "hetobs/common/clock.h"
-#include "hetobs/common/log.h"
 #include "hetobs/relay/pipeline.h"
 #include "hetobs/relay/relay_state.h"
 
@@ -168,18 +167,6 @@ void relayUnpipelined(Communicator& c, RelayRequest& r, RelayState& st, StagedPa
     }
     waitLane(c, *path->out, last);
     countPieces(pc, r.recvs, r.chunk_bytes, &RelayPeerCounters::copied_out);
-  }
-}
-
-// No copy may touch the caller's buffers after the op returned: wait for both directions'
-// copies, each on its own, so one lane that fails to drain does not leave the other running.
-void drainAfterFailure(StagedPath& path) {
-  for (CopyLane* lane : {path.in.get(), path.out.get()}) {
-    try {
-      lane->drain();
-    } catch (const std::exception& e) {
-      HETOBS_WARN("relay: a copy lane failed to drain after the op failed: %s", e.what());
-    }
   }
 }
 

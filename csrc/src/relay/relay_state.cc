@@ -1,6 +1,7 @@
 #include "hetobs/relay/relay_state.h"
 
 #include "hetobs/common/error.h"
+#include "hetobs/common/log.h"
 
 namespace hetobs {
 
@@ -31,6 +32,16 @@ void StagingBuffer::release() {
   if (p_) lane_->freeStaging(p_);
   p_ = nullptr;
   n_ = 0;
+}
+
+void drainAfterFailure(StagedPath& path) {
+  for (CopyLane* lane : {path.in.get(), path.out.get()}) {
+    try {
+      if (lane) lane->drain();
+    } catch (const std::exception& e) {
+      HETOBS_WARN("relay: a copy lane failed to drain after the op failed: %s", e.what());
+    }
+  }
 }
 
 RelayState::RelayState(int commSize, std::function<void()> wake)

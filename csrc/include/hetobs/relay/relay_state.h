@@ -37,6 +37,10 @@ struct StagedPath {
   }
 };
 
+// After a failed relay: wait for both directions' copies, each on its own, so no copy
+// touches the caller's buffers after the op returned even when one lane fails to drain.
+void drainAfterFailure(StagedPath& path);
+
 class RelayState {
  public:
   // `wake` runs on a copy thread after each copy (rings the op thread's doorbell too).
