@@ -43,6 +43,7 @@ ISLAND_PHASES = ("vendor", "d2h", "wire", "h2d")
 
 # (offset, struct format) of the header fields read here; tests check them against the C++ offsets.
 _HEADER = struct.Struct("<8sII" "IIIIII" "QQQQ" "iiii" "Q" "64s64s" "d" "qq" "QQQ" "III" "I" "q" "16s" "QQQQ" "QQ")
+_HEADER_V4 = struct.Struct("<16s16s")  # version 4: the island's device and library, after _HEADER
 _HEADER_FIELDS = (
     "magic", "version", "header_bytes",
     "comm_capacity", "comm_bytes", "link_capacity", "link_bytes", "record_capacity", "record_bytes",
@@ -143,6 +144,8 @@ class RankStats:
     links: list[LinkStats] = field(default_factory=list)
     records: list[dict[str, object]] = field(default_factory=list)
     island: str = ""  # the rank's island ("" when it runs no hierarchical op)
+    island_device: str = ""   # its device type (cuda, npu, standin, cpu); "" before layout 4
+    island_library: str = ""  # the collective library inside it (nccl, hccl, sccl, gloo, hetobs)
     island_totals: IslandTotals | None = None  # None when `island` is ""
 
     @property
@@ -309,13 +312,15 @@ def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankSta
                 reconnects=v[18], tcp=tcp))
         recs = list(_records(buf, h, offset_ns, records)) if records else []
         island = _cstr(h["island"])
+        device, library = _HEADER_V4.unpack_from(buf, _HEADER.size) if h["version"] >= 4 else (b"", b"")
         return RankStats(
             path=path, job=_cstr(h["job"]), rank=h["rank"], world_size=h["world_size"], pid=h["pid"],
             host=_cstr(h["host"]), process_start_ticks=h["process_start_ticks"], hang_timeout_s=h["hang_timeout_s"],
             heartbeat_ns=h["heartbeat_ns"], last_progress_ns=h["last_progress_ns"],
             hangs_detected=h["hangs_detected"], dumps_written=h["dumps_written"], exited_cleanly=h["state"] == 1,
             process=process_state(h["pid"], h["process_start_ticks"], proc), comms=comms, links=links,
-            records=recs, island=island,
+            records=recs, island=island, island_device=_cstr(device) if island else "",
+            island_library=_cstr(library) if island else "",
             island_totals=IslandTotals({p: h[f"island_{p}_ns"] for p in ISLAND_PHASES}, h["island_chunks"],
                                        h["island_ops"]) if island else None)
     except struct.error as e:

@@ -35,7 +35,11 @@ void ExternalComm::attach() {
   if (Runtime* rt = Runtime::get()) {
     header_ = rt->stats().header();
     // A rank is in one island: the first island communicator names it for readers of the segment.
-    if (island_[0] && !header_->island[0]) memcpy(header_->island, island_, sizeof island_);
+    if (island_[0] && !header_->island[0]) {
+      memcpy(header_->island_device, deviceName_, sizeof deviceName_);
+      memcpy(header_->island_library, library_, sizeof library_);
+      memcpy(header_->island, island_, sizeof island_);  // last: a reader that sees the island sees the rest
+    }
     rt->registerComm(shared_from_this());
   }
 }

@@ -8,7 +8,7 @@
 // header's island fields and, per OpRecord, `island` and `phases`; version 3 a CommStats
 // slot per OpKind including kRelay (host relays of island ops were counted nowhere), so
 // comm_bytes grew and nothing else moved; version 4 appends `device` and `library` to each
-// OpRecord (record_bytes grew). hetobs/stats.py reads 2, 3 and 4, and refuses any other
+// OpRecord (record_bytes grew) and the island's device and library to the header. hetobs/stats.py reads 2, 3 and 4, and refuses any other
 // version (the record ring's stride and fields change).
 //   [StatsHeader, 4096 B]
 //   [CommStats x comm_capacity]     one per communicator, fixed capacity
@@ -70,6 +70,9 @@ struct StatsHeader {
   std::atomic<uint64_t> island_vendor_ns, island_d2h_ns, island_wire_ns, island_h2d_ns;
   std::atomic<uint64_t> island_chunks;
   std::atomic<uint64_t> island_ops;
+  // Appended in version 4, written with `island`: the island's device type and library by name.
+  char island_device[kDeviceNameBytes];
+  char island_library[kLibraryNameBytes];
 };
 static_assert(sizeof(StatsHeader) <= kHeaderBytes, "stats header fits its page");
 
