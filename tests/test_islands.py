@@ -44,6 +44,8 @@ LAYOUTS = {
     # a device outside torch's tree with its own library (the stand-in accelerator and sccl)
     "2x2 gloo+standin": [("a", "gloo"), ("s", "sccl", "standin"), ("a", "gloo"), ("s", "sccl", "standin")],
     "2+1 standin": [("s", "sccl", "standin"), ("s", "sccl", "standin"), ("a", "gloo")],
+    # equal islands cut alike, one of them on a device: no counterparts shortcut (both ends must agree)
+    "1+1 standin+cpu": [("s", "sccl", "standin"), ("a", "gloo")],
     "1+3 standin": [("a", "gloo"), ("s", "sccl", "standin"), ("s", "sccl", "standin"), ("s", "sccl", "standin")],
     "3 islands cpu+standin+native": [("a", "gloo"), ("s", "sccl", "standin"), ("b", "hetobs"),
                                      ("s", "sccl", "standin")],
@@ -172,6 +174,15 @@ def test_an_unusable_island_is_refused_on_every_rank_before_anything_is_sent(ran
     assert runs[0].returncode == 3 and f"rank 1 cannot join the islands: {error}" in runs[0].stdout, \
         (runs[0].stdout, runs[0].stderr[-2000:])
     assert not list((tmp_path / "hetobs").glob("*/ranks/*.json")), "no native transport may start"
+
+
+def test_ranks_that_disagree_on_the_relay_settings_are_refused(tmp_path: Path) -> None:
+    rank_env = {0: CPU, 1: {"HETOBS_ISLAND": "d", "HETOBS_ISLAND_BACKEND": "gloo", "HETOBS_RELAY_STAGE": "host"}}
+    with InlineJob(REFUSE_BODY, 2, tmp_path, rank_env=rank_env) as job:
+        runs = job.wait(60)
+    error = "HETOBS_RELAY_STAGE / HETOBS_RELAY_PIPELINE differ: rank 1 has"
+    assert f"ERROR {error}" in runs[0].stdout, (runs[0].stdout, runs[0].stderr[-2000:])
+    assert f"ERROR {error}" in runs[1].stdout or runs[1].returncode != 0, runs[1]
 
 
 def test_one_island_on_two_device_types_is_refused_naming_both(tmp_path: Path) -> None:

@@ -70,6 +70,10 @@ class Topology:
         members: dict[str, list[int]] = {}
         first: dict[str, Mapping[str, str]] = {}
         for rank, e in enumerate(entries):
+            if e.get("relay", "") != entries[0].get("relay", ""):
+                # Both ends of every crossing must take the same path and cut alike.
+                raise IslandError(f"HETOBS_RELAY_STAGE / HETOBS_RELAY_PIPELINE differ: rank {rank} has {e['relay']}, "
+                                  f"rank 0 has {entries[0]['relay']} (every rank of the job must agree)")
             name = e["island"]
             if name not in members:
                 order.append(name)
@@ -161,13 +165,18 @@ def local_identity(env: Mapping[str, str] | None = None, rank: int | None = None
     if backend == "hetobs_islands":
         raise IslandError("HETOBS_ISLAND_BACKEND='hetobs_islands': the library inside an island cannot be "
                           "the islands backend itself")
+    relay = {"stage": _setting(env, "HETOBS_RELAY_STAGE", "auto"), "pipeline": _setting(env, "HETOBS_RELAY_PIPELINE", "1")}
     if not _device_available(device):
         raise IslandError(f"island {island!r}: {who} has no {device} device available (backend {backend}); is the "
                           f"vendor's torch plugin imported and the device visible to this process?")
     why = _carries(backend, device)
     if why:
         raise IslandError(f"island {island!r}: {who} cannot run backend {backend} on {device}: {why}")
-    return {"island": island, "backend": backend, "device": device}
+    return {"island": island, "backend": backend, "device": device, "relay": json.dumps(relay, sort_keys=True)}
+
+
+def _setting(env: Mapping[str, str], name: str, default: str) -> str:
+    return env.get(name, default).strip().lower() or default
 
 
 def exchange(store: Any, prefix: str, rank: int, size: int, env: Mapping[str, str] | None = None) -> Topology:
@@ -188,7 +197,7 @@ def exchange(store: Any, prefix: str, rank: int, size: int, env: Mapping[str, st
         try:
             e = json.loads(raw)
             error = e.get("error")
-            entry = None if error else {k: str(e[k]) for k in ("island", "backend", "device")}
+            entry = None if error else {k: str(e[k]) for k in ("island", "backend", "device", "relay")}
         except (ValueError, KeyError, TypeError, AttributeError):
             raise IslandError(f"rank {r} published an unreadable island identity under {prefix}{r}") from None
         if entry is None:
