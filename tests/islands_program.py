@@ -14,6 +14,7 @@ and results are copied back to the host to be checked.
 import hashlib
 import json
 import os
+import sys
 
 import numpy as np
 import torch
@@ -21,6 +22,8 @@ import torch.distributed as dist
 
 import hetobs
 
+if os.environ.get("TEST_WITHOUT_TORCH_EXT") == "1":
+    sys.modules["hetobs._torch_ext"] = None  # as where it was built for another torch: the Python fallbacks
 DEVICE = os.environ.get("HETOBS_ISLAND_DEVICE", "cpu")
 if DEVICE == "standin":
     import hetobs_standin  # noqa: F401  (registers the stand-in device and its library sccl)
