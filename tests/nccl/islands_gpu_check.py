@@ -18,59 +18,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
+
+from hetobs.bench.local_job import result_of, run_local
 
 HERE = Path(__file__).resolve().parent
 ISLANDS_PROGRAM = HERE.parent / "islands_program.py"
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _launch(argv: list[str], rank_env: list[dict[str, str]], timeout: float) -> list[subprocess.CompletedProcess]:
-    port, job = _port(), f"gpucheck-{uuid.uuid4().hex[:8]}"
-    with tempfile.TemporaryDirectory(prefix="hetobs-gpu-") as tmp:
-        procs = []
-        for r, extra in enumerate(rank_env):
-            env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(len(rank_env)), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(port), HETOBS_JOB_ID=job, HETOBS_DIR=os.path.join(tmp, "dir"),
-                       HETOBS_RECORDS="16384", PYTHONUNBUFFERED="1", **extra)
-            procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-        out = []
-        for p in procs:
-            try:
-                so, se = p.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                so, se = p.communicate()
-            out.append(subprocess.CompletedProcess(argv, p.returncode, so, se))
-        return out
-
-
-def _result_line(p: subprocess.CompletedProcess) -> dict:
-    for line in p.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    return {"error": f"exit {p.returncode}: {p.stderr[-1500:]}"}
 
 
 def islands(device: str) -> dict:
     library = "nccl" if device == "cuda" else "sccl"
     ranks = [{"HETOBS_ISLAND": "g", "HETOBS_ISLAND_DEVICE": device, "HETOBS_ISLAND_BACKEND": library},
              {"HETOBS_ISLAND": "c", "HETOBS_ISLAND_DEVICE": "cpu", "HETOBS_ISLAND_BACKEND": "gloo"}]
-    runs = _launch([sys.executable, str(ISLANDS_PROGRAM)], ranks, 600)
-    results = [_result_line(p) for p in runs]
+    results = [result_of(p) for p in run_local([sys.executable, str(ISLANDS_PROGRAM)], ranks, 600,
+                                               env={"HETOBS_RECORDS": "16384"})]
     ok = all(not r.get("error") and r.get("failures") == [] for r in results) and \
         len({r.get("digest") for r in results}) == 1
     return {"ok": ok, "ranks": [{k: r.get(k) for k in ("error", "failures", "devices", "libraries", "relay_devices",
@@ -120,7 +84,7 @@ def relay_rank(device: str, mib: int, reps: int) -> None:
 
 def relay(device: str, mib: int, reps: int) -> dict:
     argv = [sys.executable, __file__, "--relay-rank", "--device", device, "--mib", str(mib), "--reps", str(reps)]
-    results = [_result_line(p) for p in _launch(argv, [{}, {}], 600)]
+    results = [result_of(p) for p in run_local(argv, [{}, {}], 600)]
     ok = all(not r.get("error") for r in results) and all(
         v.get("exact") for r in results for v in r.values() if isinstance(v, dict) and "error" not in v)
     return {"ok": ok, "ranks": results}
