@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-pytest.importorskip("hetobs_standin", reason="the stand-in device is built by scripts/setup.sh")
+try:  # not a skip: scripts/setup.sh builds it, so a missing stand-in is a broken set-up
+    import hetobs_standin  # noqa: F401
+except ImportError as e:
+    raise ImportError(f"the stand-in device (hetobs_standin) does not load: run scripts/setup.sh ({e})") from None
 
 if TYPE_CHECKING:
     from conftest import Launcher, LeakCheck

@@ -151,6 +151,8 @@ class CudaCopyLane final : public CopyLane {
     return t;
   }
   uint64_t completed() override {
+    if (done_ == posted_) return done_;
+    DeviceScope on(rt_, device_);
     while (done_ < posted_) {
       cudaError_t rc = rt_.eventQuery(events_[(done_ + 1) % kEvents]);
       if (rc == kNotReady) break;
