@@ -1,5 +1,6 @@
 #include "runtime.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <cstdlib>
@@ -155,6 +156,7 @@ uint64_t Stream::enqueue(std::function<void()> fn, Engine* engine, size_t bytes)
   it.fn = std::move(fn);
   it.engine = engine;
   it.bytes = bytes;
+  it.enqueued_ns = nowNs();
   q_.push_back(std::move(it));
   uint64_t seq = ++issued_;
   cv_.notify_one();
@@ -196,7 +198,7 @@ void Stream::run() {
       int64_t start, end;
       {
         std::lock_guard<std::mutex> g(e.m);
-        start = std::max(nowNs(), e.free_at_ns);
+        start = std::max({it.enqueued_ns, device_time_ns_, e.free_at_ns});
         end = start + (e.bytes_per_ns > 0 ? int64_t(double(it.bytes) / e.bytes_per_ns) : 0);
         e.free_at_ns = end;
       }
@@ -211,9 +213,11 @@ void Stream::run() {
       e.bytes.fetch_add(it.bytes, std::memory_order_relaxed);
       e.copies.fetch_add(1, std::memory_order_relaxed);
       e.busy_ns.fetch_add(e.bytes_per_ns > 0 ? end - start : t1 - t0, std::memory_order_relaxed);
+      device_time_ns_ = std::max(end, t1);
     } else if (it.fn) {
       it.fn();
     }
+    if (!it.engine) device_time_ns_ = std::max(device_time_ns_, nowNs());  // waits and markers: as they ran
     completed_.fetch_add(1, std::memory_order_acq_rel);
     announce();
   }

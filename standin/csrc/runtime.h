@@ -86,6 +86,7 @@ class Stream {
     size_t bytes = 0;
     Stream* wait_stream = nullptr;
     uint64_t wait_seq = 0;
+    int64_t enqueued_ns = 0;
   };
   void run();
 
@@ -96,6 +97,10 @@ class Stream {
   uint64_t issued_ = 0;
   std::atomic<uint64_t> completed_{0};
   bool stop_ = false;
+  // When the device finished this stream's last item, on the device's own timeline: a copy
+  // starts when it was queued and its predecessor ended (and its engine was free), however
+  // late the worker thread got to it, as a DMA engine does not wait for a host thread.
+  int64_t device_time_ns_ = 0;  // worker thread only
   std::thread worker_;
 };
 
