@@ -14,52 +14,21 @@ import html
 import json
 import os
 import re
-import signal
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from _chromium import browse, needs_chromium
 from hetobs.cli.main import app
 from hetobs.demo.runner import run_demo
 from hetobs.diagnosis import Options, diagnose
 from hetobs.report_html import load_for_report, render_html
 
-CHROMIUM = shutil.which("chromium")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium; "
-                                                             "scripts/setup.sh installs it)")
 ISLANDS = Path(__file__).parent / "data" / "dumps" / "v1.1" / "islands"
 HOSTILE = '</script><script>alert(1)</script><script>console.error("PWNED")</script><img/src=x/onerror=alert(2)>'
 CULPRIT = 1
-
-
-class Browsed:
-    def __init__(self, dom: str, console: list[str], png: Path) -> None:
-        self.dom, self.console, self.png = dom, console, png
-
-
-def browse(page: Path, tmp: Path) -> Browsed:
-    """Load `page` from disk in headless Chromium: the DOM after scripts, console lines, a screenshot."""
-    assert CHROMIUM is not None
-    png = tmp / (page.stem + ".png")
-    profile = tmp / (page.stem + "-profile")  # a private profile: nothing shared with other runs
-    p = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                          f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--hide-scrollbars",
-                          "--window-size=1050,1800", f"--screenshot={png}", "--dump-dom", page.as_uri()],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=60)
-    finally:  # Chromium's helper processes share its session: none outlives the test
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait()
-        shutil.rmtree(profile, ignore_errors=True)
-    assert p.returncode == 0, err[-2000:]
-    return Browsed(out, [ln for ln in err.splitlines() if ":CONSOLE" in ln], png)
 
 
 @pytest.fixture(scope="module")
