@@ -185,3 +185,39 @@ def test_a_blackholed_relay_link_between_hosts_is_named_and_no_rank_is_blamed(cr
     links = {tuple(link) for v in data["verdicts"] if v["kind"] == "link_stalled" for link in v["links"]}
     assert links and links <= {(0, 2), (0, 3), (1, 2), (1, 3)}, data["verdicts"]
     assert any("wire" in e for v in data["verdicts"] for e in v["evidence"]), data["verdicts"]
+
+
+OTHER_OP = """
+import datetime, torch, torch.distributed as dist
+import hetobs
+dist.init_process_group("hetobs_islands", timeout=datetime.timedelta(seconds=30))
+x = torch.ones(1000)
+for i in range(6):
+    if i == 3 and dist.get_rank() == 3:  # everyone else calls all_reduce here
+        dist.all_gather_into_tensor(torch.empty(1000 * dist.get_world_size()), x)
+    else:
+        dist.all_reduce(x)
+"""
+
+
+@pytest.mark.slow
+# Rank 3's island b runs its own library inside: Gloo with two ranks (no majority there), the
+# native transport (which fails on the disagreement, each side voting), Gloo with three ranks.
+@pytest.mark.parametrize("layout", [LAYOUT, {0: ("a", "gloo"), 1: ("b", "hetobs"), 2: ("a", "gloo"),
+                                             3: ("b", "hetobs")},
+                                    {0: ("a", "gloo"), 1: ("b", "gloo"), 2: ("b", "gloo"), 3: ("b", "gloo")}],
+                         ids=["gloo 2+2", "native island", "gloo 1+3"])
+def test_a_rank_calling_another_op_is_named_once_and_its_island_peers_never(layout: dict[int, tuple[str, str]],
+                                                                            tmp_path: Path) -> None:
+    with InlineJob(OTHER_OP, 4, tmp_path, env=HANG, rank_env=island_env(layout)) as job:
+        wait_until(lambda: any(set(range(4)) <= ranks for ranks in incident_ranks(job).values()), 60, "hang dumps")
+        data = report(job)
+        job.kill()
+    faults = [v for v in data["verdicts"] if v["kind"] not in ("straggler", "slow_link")]
+    assert [(v["kind"], v["ranks"]) for v in faults] == [("op_mismatch", [3])], data["verdicts"]
+    top = faults[0]
+    assert "island b" in top["summary"] and top["islands"] == {"3": "b"}, top
+    # The island's own communicator disagreed too (rank 3's all_gather against its island peers'
+    # all_reduce): said once, as a consequence, on the deviant's verdict.
+    assert any("consequence" in e for e in top["evidence"]), top["evidence"]
+    assert blamed(data) == {3}, data["verdicts"]

@@ -1,8 +1,10 @@
 """`diagnose(options) -> Report`: load, then run the stages of DESIGN.md in order.
 
-1. reachability (reach.py), 2. matching by sequence id (matcher.py) with cascades
-attributed to their root (causes.py) and waits across communicators followed to the
-end of their chain (waits.py: only the end is blamed), 3. the progress walk inside a
+1. reachability (reach.py),
+2. matching by sequence id (matcher.py; a disagreement the named deviants explain on
+another communicator is their consequence) with cascades attributed to their root
+(causes.py) and waits across communicators followed to the end of their chain
+(waits.py: only the end is blamed), 3. the progress walk inside a
 collective everyone joined (progress.py), 4. cycles of waits (deadlock.py) and,
 advisory, slow ranks and links (perf.py). Verdicts that explain the same ranks are merged so each
 culprit is named once, by the most specific finding; victims are never blamed.
@@ -23,7 +25,7 @@ from .direction import orient_links
 from .frloader import load_fr
 from .job import LoadedJob, OptionsError
 from .loader import load_job, paused_gc
-from .matcher import Stuck, find_stuck, mismatch_verdicts, not_joined_verdict, p2p_verdicts
+from .matcher import Stuck, find_stuck, fold_consequences, mismatch_verdicts, not_joined_verdict, p2p_verdicts
 from .islands import annotate as annotate_islands
 from .islands import relay_link_verdicts
 from .perf import slow_link_verdicts, straggler_verdicts
@@ -163,7 +165,8 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
                         rc.evidence, confidence=0.6))
 
     # Stage 2: mismatches by majority, then who never joined (deadlocks first: they explain both sides).
-    for v in _settle_mismatches(mismatch_verdicts(job, stuck), causes):
+    settled = _settle_mismatches(mismatch_verdicts(job, stuck), causes)
+    for v in fold_consequences(job, settled, MIN_EXCLUDE_CONFIDENCE):
         if v.confidence >= MIN_EXCLUDE_CONFIDENCE:
             add(v)
         else:

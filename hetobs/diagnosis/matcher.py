@@ -18,7 +18,7 @@ from .job import LoadedJob
 from .summary import CommView, OpSig
 from .types import CommKey, Verdict, VerdictKind
 
-__all__ = ["Stuck", "find_stuck", "mismatch_verdicts", "not_joined_verdict", "where_is", "few"]
+__all__ = ["Stuck", "find_stuck", "mismatch_verdicts", "fold_consequences", "not_joined_verdict", "where_is", "few"]
 
 _MAX_LINES = 8
 
@@ -234,6 +234,59 @@ def _mismatch(comm: CommKey, seq: int, groups: dict[OpSig, list[int]]) -> Verdic
     ev.append("no op has a majority: which side deviated cannot be told from the dumps")
     return Verdict(VerdictKind.OP_MISMATCH, everyone, f"ranks disagree on the op at seq {seq} on comm {comm} "
                    f"and no op has a majority", ev, comm=comm, seq=seq, op=None, confidence=0.3)
+
+
+def _signatures_at(job: LoadedJob, comm: CommKey, seq: int) -> dict[OpSig, list[int]]:
+    """What each member with a dump called at `seq` on `comm`, grouped by signature."""
+    members, views = _views(job, comm)
+    out: dict[OpSig, list[int]] = {}
+    for r in members:
+        v = views.get(r)
+        rec = v.op_at(seq) if v is not None else None
+        if rec is not None:
+            out.setdefault(rec.sig, []).append(r)
+    return out
+
+
+def _comm_name(job: LoadedJob, comm: CommKey) -> str:
+    for d in job.dumps.values():
+        v = d.comms.get(comm)
+        if v is not None and v.name:
+            return f"comm {comm} ({v.name})"
+    return f"comm {comm}"
+
+
+def fold_consequences(job: LoadedJob, verdicts: list[Verdict], min_confidence: float) -> list[Verdict]:
+    """Mismatches that follow from deviants already named on another communicator, folded into that verdict.
+
+    A rank that calls a different op in a hierarchical (islands) op calls it on its island's
+    own library communicator too, so that communicator disagrees as well: with two ranks in
+    the island there is no majority there and both would be named, the innocent one
+    included. A disagreement is such a consequence when, once the named deviants are set
+    aside, everyone else on that communicator agrees. The verdict on the largest
+    communicator (the whole job's op) keeps the blame; the consequence becomes its evidence.
+    """
+    def size(v: Verdict) -> int:
+        return len(job.members.get(v.comm, ())) if v.comm is not None else 0
+
+    roots: list[Verdict] = []
+    folded: set[int] = set()
+    for v in sorted((v for v in verdicts if v.kind == VerdictKind.OP_MISMATCH), key=lambda v: -size(v)):
+        groups = _signatures_at(job, v.comm, v.seq) if v.comm is not None and v.seq is not None else {}
+        for root in roots:
+            deviants = set(root.ranks)
+            rest = {sig for sig, rs in groups.items() if set(rs) - deviants}
+            if root.comm == v.comm or len(rest) > 1 or not any(deviants & set(rs) for rs in groups.values()):
+                continue
+            sides = "; ".join(f"rank(s) {few(sorted(rs))} called {sig.text()}" for sig, rs in groups.items())
+            root.evidence.append(f"the disagreement that follows on {_comm_name(job, v.comm)} at seq {v.seq} "
+                                 f"({sides}) is a consequence of it, not a second fault")
+            folded.add(id(v))
+            break
+        else:
+            if v.confidence >= min_confidence:
+                roots.append(v)
+    return [v for v in verdicts if id(v) not in folded]
 
 
 def p2p_verdicts(job: LoadedJob, stall_s: float, blamed: set[int], held: set[int] = frozenset()) -> list[Verdict]:
