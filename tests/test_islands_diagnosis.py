@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
+from _chromium import browse, needs_chromium
 from _inline import InlineJob, incident_ranks, wait_until
 from hetobs.diagnosis import Options, diagnose
+from hetobs.report_html import load_for_report, render_html
 from netns import NETNS_SKIP_REASON, Hosts
 
 pytest.importorskip("torch")
@@ -76,12 +79,22 @@ for i in range(8):
 """
 
 
-@pytest.mark.slow
-def test_a_stopped_rank_is_named_with_its_island_and_the_vendor_op_waiting_on_it(tmp_path: Path) -> None:
+def stopped_job(tmp_path: Path) -> InlineJob:
+    """The STOPPED program, running until its hang dumps are in; the caller kills it."""
     ready = str(tmp_path / "ready-")
-    with InlineJob(STOPPED, 4, tmp_path, env={**HANG, "READY": ready}, rank_env=island_env(LAYOUT)) as job:
+    job = InlineJob(STOPPED, 4, tmp_path, env={**HANG, "READY": ready}, rank_env=island_env(LAYOUT))
+    try:
         wait_until(lambda: all(os.path.exists(ready + str(r)) for r in range(4)), 90, "the ranks to run")
         wait_until(lambda: any({0, 1, 3} <= ranks for ranks in incident_ranks(job).values()), 30, "hang dumps")
+    except BaseException:
+        job.kill()
+        raise
+    return job
+
+
+@pytest.mark.slow
+def test_a_stopped_rank_is_named_with_its_island_and_the_vendor_op_waiting_on_it(tmp_path: Path) -> None:
+    with stopped_job(tmp_path) as job:
         data = report(job)
         job.kill()
     top = data["verdicts"][0]
@@ -221,3 +234,34 @@ def test_a_rank_calling_another_op_is_named_once_and_its_island_peers_never(layo
     # all_reduce): said once, as a consequence, on the deviant's verdict.
     assert any("consequence" in e for e in top["evidence"]), top["evidence"]
     assert blamed(data) == {3}, data["verdicts"]
+
+
+@needs_chromium
+@pytest.mark.slow
+# Rank 2 is stopped: it leaves no dump. Its island comes from its rank file, and with that
+# gone too, from its island library's communicator file (comms/comm-*.json).
+@pytest.mark.parametrize("rank_file", ["kept", "removed"])
+def test_the_page_draws_a_rank_without_a_dump_in_its_island(rank_file: str, tmp_path: Path) -> None:
+    with stopped_job(tmp_path) as job:
+        job.kill()
+    job_dir = job.dir / job.job_id
+    if rank_file == "removed":
+        (job_dir / "ranks" / "rank-2.json").unlink()
+    options = Options(job_dir=job_dir)
+    rep = diagnose(options)
+    assert {r for v in rep.verdicts for r in v.ranks} == {2}, [v.to_dict() for v in rep.verdicts]
+    page = tmp_path / "islands.html"
+    page.write_text(render_html(rep, load_for_report(options, rep)), encoding="utf-8")
+    b = browse(page, tmp_path)
+    assert b.console == [], b.console
+    assert 'data-rendered="ok"' in b.dom
+    ring = re.search(r'<svg[^>]*id="ring-svg".*?</svg>', b.dom, re.S)
+    assert ring is not None
+    # One group per island, each with both its ranks: the culprit is not set apart as "(no island)".
+    names = re.findall(r'<text[^>]*class="island-name"[^>]*>([^<]*)</text>', ring.group(0))
+    assert sorted(names) == ["a", "b"], names
+    groups = re.findall(r'class="island"[^>]*><title>island ([^:]*): (\d+) rank', ring.group(0))
+    assert sorted(groups) == [("a", "2"), ("b", "2")], groups
+    detail = re.search(r'id="zoom-detail">([^<]*)<', b.dom)
+    assert detail and detail.group(1).startswith("rank 2 · ") and " · BLAMED · " in detail.group(1) \
+        and " · island a" in detail.group(1), detail

@@ -16,7 +16,7 @@ from typing import Optional
 
 from .job import LoadedJob
 from .summary import CommView, RelayPeer
-from .types import Verdict, VerdictKind
+from .types import CommKey, Verdict, VerdictKind
 
 __all__ = ["island_of", "annotate", "relay_link_verdicts"]
 
@@ -24,14 +24,34 @@ _VENDORS = ("gloo", "nccl", "mpi", "vendor")  # "vendor": HCCL, XCCL, ... (named
 
 
 def island_of(job: LoadedJob) -> dict[int, str]:
-    """rank -> island, from rank files and dumps (a rank with neither has none here)."""
-    out = {r: m.island for r, m in job.metas.items() if m.island}
+    """rank -> island, from dumps, rank files and the islands' own communicators.
+
+    A rank that left no dump still has its island: its rank file names it, and where that
+    is missing too, the membership of its island's library communicator (comms/comm-*.json,
+    named "<library>:island:<name>" by the ranks that dumped) places it.
+    """
+    out: dict[int, str] = {}
+    for comm, island in _library_comms(job).items():
+        for r in job.members.get(comm, ()):
+            out[r] = island
+    out.update((r, m.island) for r, m in job.metas.items() if m.island)
     for r, d in job.dumps.items():
         for v in d.comms.values():
             name = v.island or _rec_island(v)
             if name:
                 out[r] = name
                 break
+    return out
+
+
+def _library_comms(job: LoadedJob) -> dict[CommKey, str]:
+    """comm -> island, for each island library communicator a dump names ("gloo:island:a")."""
+    out: dict[CommKey, str] = {}
+    for d in job.dumps.values():
+        for c, v in d.comms.items():
+            parts = v.name.split(":") if v.name and c not in out else ()
+            if len(parts) == 3 and parts[1] == "island" and parts[2]:
+                out[c] = parts[2]
     return out
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ..diagnosis.islands import island_of
 from ..diagnosis.job import LoadedJob
 from ..diagnosis.summary import CommView, Rec
 from ..diagnosis.types import CommKey, Report
@@ -54,18 +55,13 @@ def _focus_comm(report: Report, job: Optional[LoadedJob]) -> Optional[CommKey]:
     return None
 
 
-def _island_of(views: dict[CommKey, CommView]) -> tuple[Optional[str], Optional[str]]:
-    """(island, phase) of a rank: from its in-flight hierarchical op, else its latest island record."""
-    island = phase = None
+def _phase_of(views: dict[CommKey, CommView]) -> Optional[str]:
+    """The phase of a rank's in-flight hierarchical op (None when it is in none)."""
     for view in views.values():
         f = view.in_flight
         if f is not None and f.rec.island:
-            return f.rec.island, f.phase
-        for rec in reversed(view.recent):
-            if rec.island:
-                island = island or rec.island
-                break
-    return island, phase
+            return f.phase
+    return None
 
 
 def _ring_order(world: int, job: Optional[LoadedJob], comm: Optional[CommKey]) -> list[int]:
@@ -141,11 +137,15 @@ def build_view(report: Report, job: Optional[LoadedJob]) -> dict[str, Any]:
         col_state[r], col_host[r], col_op[r], col_seq[r] = states(row.state), hosts(row.host), ops(row.op), row.seq
         col_wait[r] = list(row.waiting_on)
     dumps = job.dumps if job is not None else {}
+    # Every rank in its island, a rank that left no dump included (its rank file, its island's communicator).
+    for r, name in (island_of(job) if job is not None else {}).items():
+        if 0 <= r < n:
+            col_island[r] = islands(name)
     for r, d in dumps.items():
         if not 0 <= r < n:
             continue
-        island, phase = _island_of(d.comms)
-        col_island[r], col_phase[r], col_where[r] = islands(island), phases(phase), frames(d.where)
+        phase = _phase_of(d.comms)
+        col_phase[r], col_where[r] = phases(phase), frames(d.where)
         if col_host[r] < 0:
             col_host[r] = hosts(d.host)
         if col_state[r] < 0:
