@@ -19,14 +19,14 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Optional, Union
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hetobs.diagnosis import Options, OptionsError, Report, Status, diagnose
+from hetobs.diagnosis import FreshDump, Options, OptionsError, Report, Status, diagnose
 
 from ._exit_codes import ExitCode
 from ._output import Output
@@ -83,12 +83,15 @@ def _request_dump(trust: bool = False) -> Any:
     if fn is None:
         return None
 
-    def request(job_dir: Path, timeout_s: float) -> Optional[str]:
+    def request(job_dir: Path, timeout_s: float) -> Union[None, str, FreshDump]:
         result = fn(str(job_dir), timeout=timeout_s, **({"trust": True} if trust else {}))
         if isinstance(result, str) or result is None:
             return result
         answered = getattr(result, "answered", None)
-        return getattr(result, "incident", None) if answered else None
+        unanswered = getattr(result, "unanswered", None) or {}
+        # Who did not answer is evidence too (a whole host cut off answers nobody).
+        return FreshDump(getattr(result, "incident", None) if answered else None,
+                         {int(r): str(why) for r, why in unanswered.items()})
 
     return request
 

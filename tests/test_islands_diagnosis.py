@@ -1,13 +1,18 @@
 """Hangs that span islands are diagnosed to the one culprit (real ranks, two islands with
 different libraries inside): a rank of one island that never joins, a rank stopped
 while its island's library waits on it, and a relay link blackholed between two hosts
-(network namespaces, root)."""
+(network namespaces, root). At the edges: the blackholed relay diagnosed live from
+either host while the incident still forms (the path named one way, no rank), a rank
+that calls a different op (named once, its island peers never), and the HTML page
+drawing a rank that left no dump in its island."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +21,7 @@ from _chromium import browse, needs_chromium
 from _inline import InlineJob, incident_ranks, wait_until
 from hetobs.diagnosis import Options, diagnose
 from hetobs.report_html import load_for_report, render_html
-from netns import NETNS_SKIP_REASON, Hosts
+from netns import NETNS_SKIP_REASON, Hosts, drop_incoming
 
 pytest.importorskip("torch")
 
@@ -198,6 +203,48 @@ def test_a_blackholed_relay_link_between_hosts_is_named_and_no_rank_is_blamed(cr
     links = {tuple(link) for v in data["verdicts"] if v["kind"] == "link_stalled" for link in v["links"]}
     assert links and links <= {(0, 2), (0, 3), (1, 2), (1, 3)}, data["verdicts"]
     assert any("wire" in e for v in data["verdicts"] for e in v["evidence"]), data["verdicts"]
+
+
+CUT = {0: ("a", "gloo"), 1: ("a", "gloo"), 2: ("b", "gloo"), 3: ("b", "gloo")}  # island a on host 0, b on host 1
+CUT_LINKS = {(0, 2), (0, 3), (1, 2), (1, 3)}  # host 0 -> host 1: the direction that loses packets
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NETNS_SKIP_REASON is not None, reason=str(NETNS_SKIP_REASON))
+# Which host diagnoses, and whose watchdog has not fired yet (its hang timeout is long): the
+# incident is still forming when the operator looks.
+@pytest.mark.parametrize("diagnose_on, late", [(0, 1), (1, 0), (0, 0)],
+                         ids=["near side, far side not dumped", "far side, near side not dumped",
+                              "near side, its own side not dumped"])
+def test_live_diagnose_of_a_cut_relay_names_the_path_one_way_and_no_rank(diagnose_on: int, late: int,
+                                                                          tmp_path: Path) -> None:
+    ready, go = str(tmp_path / "ready-"), str(tmp_path / "go")
+    env = {**HANG, "HETOBS_HANG_TIMEOUT": "1.5", "HETOBS_TIMEOUT": "60", "READY": ready, "GO": go,
+           "GLOO_SOCKET_IFNAME": "lo", "HETOBS_RELAY_STAGE": "host"}  # the staged relay: its own p2p incidents
+    rank_env = island_env(CUT)
+    dumping = [r for r in CUT if r // 2 != late]
+    for r in CUT:
+        if r // 2 == late:
+            rank_env[r]["HETOBS_HANG_TIMEOUT"] = "300"
+    with Hosts(2) as hosts:
+        prefix = [hosts.prefix(r // 2) for r in CUT]
+        with InlineJob(BLACKHOLE, 4, tmp_path, env=env, rank_env=rank_env, transport="auto",
+                       master_addr=hosts.addrs[0], prefix=prefix) as job:
+            wait_until(lambda: all(os.path.exists(ready + str(r)) for r in CUT), 90, "the ranks to run")
+            drop_incoming(hosts, 1, 0)  # what host 0 sends host 1 is lost, both data and side channel
+            Path(go).touch()
+            wait_until(lambda: set(dumping) <= set().union(*incident_ranks(job).values(), set()), 30,
+                       f"dumps of ranks {dumping}")
+            p = subprocess.run([*hosts.prefix(diagnose_on), sys.executable, "-m", "hetobs.cli", "diagnose", "--job",
+                                job.job_id, "--dir", str(job.dir), "--json"], capture_output=True, text=True,
+                               timeout=120)
+            job.kill()
+    assert p.returncode == 1, p.stderr[-2000:]
+    data = json.loads(p.stdout)
+    assert blamed(data) == set(), data["verdicts"]
+    links = {tuple(link) for v in data["verdicts"] if v["kind"] == "link_stalled" for link in v["links"]}
+    assert links and links <= CUT_LINKS, data["verdicts"]
+    assert any("fresh on-demand dump" in n for n in data["notes"]), data["notes"]
 
 
 OTHER_OP = """

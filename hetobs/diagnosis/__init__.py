@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .engine import diagnose
 from .job import OptionsError
-from .types import DataProblem, Options, RankState, Report, RequestDump, Status, Verdict, VerdictKind
+from .types import DataProblem, FreshDump, Options, RankState, Report, RequestDump, Status, Verdict, VerdictKind
 
 __all__ = ["diagnose", "Options", "Report", "Verdict", "VerdictKind", "DataProblem", "RankState", "Status",
-           "RequestDump", "OptionsError"]
+           "RequestDump", "FreshDump", "OptionsError"]

@@ -1,6 +1,6 @@
 """`diagnose(options) -> Report`: load, then run the stages of DESIGN.md in order.
 
-1. reachability (reach.py),
+1. reachability (reach.py; a whole host cut off by the network is the path's, paths.py),
 2. matching by sequence id (matcher.py; a disagreement the named deviants explain on
 another communicator is their consequence) with cascades attributed to their root
 (causes.py) and waits across communicators followed to the end of their chain
@@ -28,6 +28,7 @@ from .loader import load_job, paused_gc
 from .matcher import Stuck, find_stuck, fold_consequences, mismatch_verdicts, not_joined_verdict, p2p_verdicts
 from .islands import annotate as annotate_islands
 from .islands import relay_link_verdicts
+from .paths import path_verdicts
 from .perf import slow_link_verdicts, straggler_verdicts
 from .progress import walk
 from .ranktable import rank_table
@@ -63,10 +64,11 @@ def diagnose(options: Options) -> Report:
         # A window is always judged on a fresh dump: an older incident says nothing about the last seconds.
         fresh = options.window_s is not None and bool(job.metas or job.meta_ranks) and live.looks_alive(job, options)
         if fresh or live.wants_fresh_dump(job, options, last):
-            inc, err = live.request_fresh_dump(options, Path(options.job_dir))  # type: ignore[arg-type]
+            inc, err, unanswered = live.request_fresh_dump(options, Path(options.job_dir))  # type: ignore[arg-type]
             if inc is not None:
                 notes.append(f"the job is live: diagnosed a fresh on-demand dump ({inc})")
                 job = load_job(_with_incident(options, inc))
+                job.unanswered_live = {r: why for r, why in unanswered.items() if r not in job.dumps}
                 fresh_incident = inc
             else:
                 notes.append(f"the job looks live but no on-demand dump arrived: {err}")
@@ -150,10 +152,17 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
             verdicts.append(v)
             blamed.update(v.ranks)
 
+    # Stage 1: a whole host silent while TCP toward it loses packets is the path's fault; its
+    # ranks are cleared (counted as explained, so no later stage blames them either).
+    paths, cut_off = path_verdicts(job, reach)
+    for v in paths:
+        add(v)
+    blamed.update(cut_off)
+
     # Stage 1, strong cases: no dump and gone/stopped/silent at the incident.
     pending_reach: list[Reach] = []
     for r, rc in sorted(reach.items()):
-        if rc.state == "dumped":
+        if rc.state == "dumped" or r in cut_off:
             continue
         v = verdict_for(rc, nothing_else=False)
         if v is not None:

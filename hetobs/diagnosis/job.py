@@ -38,8 +38,14 @@ class LoadedJob:
     # Ranks whose incident dump is there but unusable (corrupt, truncated, too new, refused):
     # rank -> what is wrong. Such a rank was alive to write it; it is no evidence either way.
     unusable: dict[int, str] = field(default_factory=dict)
-    # Ranks whose dump comes from a sibling error incident (loader._sibling_errors): rank -> incident.
+    # Ranks whose dump comes from another incident of the same event: a sibling error incident
+    # (loader._sibling_errors) or any incident of the same hang (loader._merge_same_hang): rank -> incident.
     borrowed: dict[int, str] = field(default_factory=dict)
+    # Ranks with no dump anywhere that were seen alive during the hang (they asked for dumps):
+    # rank -> the evidence. Such a rank is never blamed for being silent.
+    alive_in_hang: dict[int, str] = field(default_factory=dict)
+    # Ranks this diagnosis asked for an on-demand dump that did not answer: rank -> why.
+    unanswered_live: dict[int, str] = field(default_factory=dict)
     # Communicator membership and ring as most ranks report them (never one rank's word).
     members: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)
     rings: dict[CommKey, tuple[int, ...]] = field(default_factory=dict)

@@ -16,9 +16,19 @@ from typing import Optional
 
 from .job import LoadedJob
 from .procfs import local_host_key, process_state
-from .types import Options
+from .summary import RankMeta
+from .types import FreshDump, Options
 
 __all__ = ["looks_alive", "wants_fresh_dump", "request_fresh_dump"]
+
+
+def _running(m: RankMeta, options: Options, host_key: Optional[str], states: tuple[str, ...]) -> bool:
+    """Not exited cleanly, and (on this host) its process in one of `states`; elsewhere it cannot be checked."""
+    if m.exited_cleanly:
+        return False
+    if host_key and m.host_key == host_key:
+        return process_state(options.proc_root, m.pid, m.process_start_time) in states
+    return True
 
 
 def looks_alive(job: LoadedJob, options: Options) -> bool:
@@ -30,37 +40,36 @@ def looks_alive(job: LoadedJob, options: Options) -> bool:
     if job.meta_ranks - set(job.metas):
         return True  # ranks whose metadata was not needed (they dumped): alive at the incident at least
     host_key = options.host_key if options.host_key is not None else local_host_key(options.proc_root)
-    for m in job.metas.values():
-        if m.exited_cleanly:
-            continue
-        if host_key and m.host_key == host_key:
-            if process_state(options.proc_root, m.pid, m.process_start_time) in ("running", "disk", "stopped"):
-                return True
-            continue
-        return True
-    return False
+    return any(_running(m, options, host_key, ("running", "disk", "stopped")) for m in job.metas.values())
 
 
 def wants_fresh_dump(job: LoadedJob, options: Options, last_progress_ns: Optional[int] = None) -> bool:
-    """No incident newer than the job's last progress, and the job looks alive.
+    """No incident newer than the job's last progress, or one that still lacks ranks that may answer; and
+    the job looks alive.
 
     `last_progress_ns` is the job's last progress as live telemetry (stats segments)
-    tells it; without it, an existing incident counts as current.
+    tells it; without it, an existing incident counts as current. An incident still
+    forming (its ranks' watchdogs fire at different moments, and a rank's own dump waits
+    on the peers it asked) lacks ranks that run: a fresh dump asks them now.
     """
     if job.source != "hetobs" or not job.metas or not looks_alive(job, options):
         return False
     if not job.incidents or job.incident is None:
         return True
-    if last_progress_ns is not None and job.incident_time_ns is not None:
-        return last_progress_ns > job.incident_time_ns
-    return False
+    if last_progress_ns is not None and job.incident_time_ns is not None and last_progress_ns > job.incident_time_ns:
+        return True
+    host_key = options.host_key if options.host_key is not None else local_host_key(options.proc_root)
+    # A stopped process cannot answer; a dead or exited one is judged from what is on disk.
+    return any(r not in job.dumps and r not in job.unusable and _running(m, options, host_key, ("running", "disk"))
+               for r, m in job.metas.items())
 
 
-def request_fresh_dump(options: Options, job_dir: Path) -> tuple[Optional[str], Optional[str]]:
-    """Call `options.request_dump` bounded by `options.live_wait_s`: (incident id, error text)."""
+def request_fresh_dump(options: Options, job_dir: Path) -> tuple[Optional[str], Optional[str], dict[int, str]]:
+    """Call `options.request_dump` bounded by `options.live_wait_s`: (incident id, error text, the ranks that
+    did not answer -> why)."""
     fn = options.request_dump
     if fn is None:
-        return None, "no dump request function"
+        return None, "no dump request function", {}
     result: dict[str, object] = {}
 
     def run() -> None:
@@ -73,8 +82,10 @@ def request_fresh_dump(options: Options, job_dir: Path) -> tuple[Optional[str], 
     t.start()
     t.join(options.live_wait_s + 1.0)
     if t.is_alive():
-        return None, f"no on-demand dump within {options.live_wait_s:.0f} s"
+        return None, f"no on-demand dump within {options.live_wait_s:.0f} s", {}
     if "error" in result:
-        return None, str(result["error"])
-    inc = result.get("incident")
-    return (inc if isinstance(inc, str) and inc else None), (None if inc else "the request returned no incident")
+        return None, str(result["error"]), {}
+    got = result.get("incident")
+    fresh = got if isinstance(got, FreshDump) else FreshDump(got if isinstance(got, str) else None)
+    inc = fresh.incident if isinstance(fresh.incident, str) and fresh.incident else None
+    return inc, (None if inc else "the request returned no incident"), dict(fresh.unanswered)

@@ -189,26 +189,33 @@ def _latest_complete(names: list[str], times: dict[str, Optional[int]], dumps: d
 _ERROR_COMM = re.compile(r"error-c(\d+)-")
 
 
+def _time_of(name: str, incidents_dir: SafeDir, times: dict[str, Optional[int]]) -> Optional[int]:
+    """An incident's time (its latest dump's), read once and kept in `times`."""
+    if name not in times:
+        sub = _subdir(incidents_dir, name, None)
+        times[name] = None
+        if sub is not None:
+            with sub:
+                times[name] = _incident_time(sub)
+    return times[name]
+
+
+def _same_event(chosen: Optional[str], names: list[str], incidents_dir: SafeDir,
+                times: dict[str, Optional[int]], prefix: str = "") -> list[str]:
+    """Other incidents (named `prefix`...) of the chosen one's event, nearest in time first."""
+    at = _time_of(chosen or "", incidents_dir, times) if chosen else None
+    if at is None:
+        return []
+    near = [(abs(t - at), n) for n in names if n != chosen and n.startswith(prefix)
+            and (t := _time_of(n, incidents_dir, times)) is not None and abs(t - at) <= _SAME_EVENT_NS]
+    return [n for _, n in sorted(near)]
+
+
 def _sibling_errors(chosen: Optional[str], names: list[str], incidents_dir: SafeDir,
                     times: dict[str, Optional[int]]) -> list[str]:
     """Other error incidents of the chosen one's communicator, of the same event, nearest in time first."""
     m = _ERROR_COMM.match(chosen or "")
-    if m is None:
-        return []
-    def time_of(name: str) -> Optional[int]:
-        if name not in times:
-            sub = _subdir(incidents_dir, name, None)
-            times[name] = None
-            if sub is not None:
-                with sub:
-                    times[name] = _incident_time(sub)
-        return times[name]
-    at = time_of(chosen or "")
-    if at is None:
-        return []
-    near = [(abs(t - at), n) for n in names
-            if n != chosen and n.startswith(m.group(0)) and (t := time_of(n)) is not None and abs(t - at) <= _SAME_EVENT_NS]
-    return [n for _, n in sorted(near)]
+    return _same_event(chosen, names, incidents_dir, times, m.group(0)) if m is not None else []
 
 
 def _incident_time(folder: SafeDir) -> Optional[int]:
@@ -436,6 +443,9 @@ def _load_incident(job: LoadedJob, root: SafeDir, ranks_dir: Optional[SafeDir], 
                 job.metas = _load_each(ranks_dir, wanted, build_meta, job.problems, tick)
             if incident_dir is not None and incidents_dir is not None:
                 _borrow_sibling_dumps(job, incidents_dir, times, build_dump, tick)
+                _merge_same_hang(job, incidents_dir, times, build_dump, tick)
+            if ranks_dir is not None:
+                _load_host_metas(job, ranks_dir, meta_files, build_meta, tick)
     finally:
         if incident_dir is not None:
             incident_dir.close()
@@ -477,6 +487,98 @@ def _borrow_sibling_dumps(job: LoadedJob, incidents_dir: SafeDir, times: dict[st
     for name, rs in sorted(by_incident.items()):
         job.notes.append(f"rank(s) {rank_ranges(sorted(rs))} left no dump in {job.incident} but failed at a "
                          f"neighbouring op of the same communicator: their dump from {name} is used")
+
+
+_REQUESTED_BY = re.compile(rb'"requested_by"\s*:\s*(\d+)')
+
+
+def _hang_span(job: LoadedJob) -> Optional[tuple[int, int]]:
+    """(earliest last progress, latest dump time) of the chosen incident's dumps: the hang as they saw it."""
+    progress = [d.last_progress_ns for d in job.dumps.values() if d.last_progress_ns]
+    times = [d.time_ns for d in job.dumps.values() if d.time_ns]
+    return (min(progress), max(times)) if progress and times else None
+
+
+def _of_the_hang(d: RankDump, span: tuple[int, int]) -> bool:
+    """Dumped while the hang lasted, and no progress since the chosen incident's dumps: the same hang."""
+    start, end = span
+    return d.time_ns is not None and d.last_progress_ns is not None and d.time_ns >= start and \
+        d.last_progress_ns <= end
+
+
+def _merge_same_hang(job: LoadedJob, incidents_dir: SafeDir, times: dict[str, Optional[int]],
+                     build_dump: Callable[[int, str, bytes], RankDump], tick: Callable[[], None]) -> None:
+    """One hang, several incidents: give a rank with no dump in the chosen one its dump from another.
+
+    The ranks of one hang dump into several incidents: each watchdog names the op it is
+    stuck in (a relay's p2p incident is its own rank's, a collective's is named by its op),
+    an on-demand dump has its own, and where the network is cut each side's requests never
+    reach the other. A rank that dumped into any incident of the same event while the hang
+    lasted (`_of_the_hang`) was alive in it, and its dump says where it was. A rank that asked
+    for dumps in the hang (the `requested_by` of a dump) was alive too, though its own dump may
+    still be on its way (it waits for the peers it asked): noted in `job.alive_in_hang`.
+    """
+    ws = job.world_size
+    span = _hang_span(job)
+    if not ws or span is None:
+        return
+    # A rank that exited cleanly is judged by its exit, as before (reach.py), not by an earlier dump.
+    missing = {r for r in range(ws) if r not in job.dumps and r not in job.unusable
+               and not (r in job.metas and job.metas[r].exited_cleanly)}
+    merged: dict[str, list[int]] = {}
+    for d in list(job.dumps.values()):
+        _note_requester(job, d.requested_by, missing, d.rank, job.incident or "", d.time_ns, span)
+    for name in _same_event(job.incident, job.incidents, incidents_dir, times) if missing else []:
+        sub = _subdir(incidents_dir, name, job.problems)
+        if sub is None:
+            continue
+        with sub:
+            files = _rank_files(sub, [])
+            got = _load_each(sub, [(r, f) for r, f in files if r in missing], build_dump, job.problems, tick)
+            for r, d in got.items():
+                if _of_the_hang(d, span):
+                    job.dumps[r] = d
+                    job.borrowed[r] = name
+                    merged.setdefault(name, []).append(r)
+                    missing.discard(r)
+                    job.alive_in_hang.pop(r, None)
+            for r, f in files if missing else ():
+                try:
+                    head = sub.read(f, _HEAD_BYTES)
+                except OSError:
+                    continue
+                t, by = _TIME_NS.search(head), _REQUESTED_BY.search(head)
+                if t is not None and by is not None:
+                    _note_requester(job, int(by.group(1)), missing, r, name, int(t.group(1)), span)
+        if not missing:
+            break
+    for name, rs in sorted(merged.items()):
+        job.notes.append(f"rank(s) {rank_ranges(sorted(rs))} left no dump in {job.incident} but dumped into {name} "
+                         f"during the same hang (no progress since): their dump from {name} is used")
+
+
+def _note_requester(job: LoadedJob, requester: Optional[int], missing: set[int], rank: int, incident: str,
+                    time_ns: Optional[int], span: tuple[int, int]) -> None:
+    if requester is None or requester not in missing or requester in job.alive_in_hang or time_ns is None \
+            or time_ns < span[0]:
+        return
+    job.alive_in_hang[requester] = (f"rank {requester} asked for dumps during the hang: rank {rank}'s dump in "
+                                    f"incident {incident} was requested by it, so it was alive then (its own dump "
+                                    f"waits on the peers it asked)")
+
+
+def _load_host_metas(job: LoadedJob, ranks_dir: SafeDir, meta_files: list[tuple[int, str]],
+                     build_meta: Callable[[int, str, bytes], RankMeta], tick: Callable[[], None]) -> None:
+    """Metadata of the dumped ranks that share a host name with a rank that left none.
+
+    Which ranks share a host (a machine, a network namespace) is its rank file's `host_key`:
+    a host name alone may repeat (containers, namespaces). Only these few are read, so a
+    whole host without dumps can be told from one missing rank on a host with others."""
+    names = {m.host for r, m in job.metas.items() if r not in job.dumps and m.host}
+    wanted = [(r, f) for r, f in meta_files
+              if r in job.dumps and r not in job.metas and job.dumps[r].host in names]
+    if wanted:
+        job.metas.update(_load_each(ranks_dir, wanted, build_meta, job.problems, tick))
 
 
 def _check_consistency(job: LoadedJob, job_dir: Path) -> None:

@@ -8,9 +8,11 @@ that answered its peers at the incident and vanished later is a culprit only whe
 nothing else explains the hang (the engine decides that last). Ranks whose metadata
 says they exited cleanly are not faults.
 
-Two kinds of evidence say a rank was alive at the incident, and such a rank is never
-a culprit by itself: a dump that is there but unusable (truncated, corrupt, too new:
-it was alive to write it), and a stats-segment heartbeat later than the incident.
+Evidence that a rank was alive at the incident means it is never a culprit by itself:
+a dump that is there but unusable (truncated, corrupt, too new: it was alive to write
+it), a stats-segment heartbeat later than the incident, and asking for dumps during the
+hang (another rank's dump of the same hang names it as `requested_by`: its own dump is
+still on its way, held up by the peers it asked).
 """
 
 from __future__ import annotations
@@ -43,10 +45,12 @@ class Reach:
     local: bool = False  # on this host: its process could be checked
     alive_after: bool = False  # its heartbeat (or exit) is later than the incident: it lived through it
     exit_dt_s: Optional[float] = None  # a non-zero exit's time relative to the incident, when known
+    alive_in_hang: bool = False  # it asked for dumps during the hang (LoadedJob.alive_in_hang)
+    unanswered_here: bool = False  # this diagnosis asked it for an on-demand dump: no answer
 
     @property
     def gone_at_incident(self) -> bool:
-        return bool(self.unanswered_by or self.closed_by)
+        return bool(self.unanswered_by or self.closed_by or self.unanswered_here)
 
 
 def _few(ranks: list[int], limit: int = 8) -> str:
@@ -98,6 +102,13 @@ def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]],
             reach.evidence.append(f"rank(s) {_few(reach.closed_by)} saw it close its connection mid-op")
         if reach.waited_by:
             reach.evidence.append(f"rank(s) {_few(reach.waited_by)} reported waiting on it")
+        if r in job.unanswered_live:
+            reach.unanswered_here = True
+            reach.evidence.append(f"this diagnosis asked it for an on-demand dump over its side channel and got no "
+                                  f"answer ({job.unanswered_live[r]})")
+        if r in job.alive_in_hang:
+            reach.alive_in_hang = True
+            reach.evidence.append(job.alive_in_hang[r])
         if m is not None and m.stats_segment and options.heartbeat is not None:
             hb = _safe_heartbeat(options, m.stats_segment)
             if hb and job.incident_time_ns:
@@ -207,6 +218,8 @@ def verdict_for(reach: Reach, nothing_else: bool) -> Optional[Verdict]:
             return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} is gone and left no dump (it may have died "
                                                        f"after the incident)", ev, confidence=0.4)
         return None
+    if reach.alive_in_hang and reach.state in ("unknown", "silent"):
+        return None  # seen alive in the hang, its dump still on its way: silence is no evidence against it
     if reach.state == "stopped":
         conf = 0.95 if not reach.answered_by else 0.5
         return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r} is stopped (SIGSTOP?): it answered no one "
@@ -218,7 +231,7 @@ def verdict_for(reach: Reach, nothing_else: bool) -> Optional[Verdict]:
     if reach.closed_by:
         return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} closed its connections mid-op and left no dump",
                        ev, confidence=0.8)
-    if reach.unanswered_by:
+    if reach.unanswered_by or reach.unanswered_here:
         return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r} did not answer its peers and left no dump "
                                                            f"(dead or stopped: cannot check from this host)",
                        ev, confidence=0.7)

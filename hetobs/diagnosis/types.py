@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional, Union
 
 __all__ = [
     "VerdictKind", "Verdict", "DataProblem", "RankState", "Report", "Options",
-    "Status", "CommKey", "RequestDump", "ProgressCallback",
+    "Status", "CommKey", "RequestDump", "FreshDump", "ProgressCallback",
 ]
 
 # hetobs communicators are numbered; Flight Recorder process groups are named ("0", "default_pg").
@@ -180,9 +180,18 @@ class Report:
         return json.dumps(self.to_dict(), **kw)
 
 
-# (job_dir, timeout_s) -> id of the incident the fresh dump was written under, or None
-# when no dump arrived in time. Wired to hetobs.sidechannel.request_dump by the CLI.
-RequestDump = Callable[[Path, float], Optional[str]]
+@dataclass(frozen=True)
+class FreshDump:
+    """What an on-demand dump request got: the incident the answers were written under
+    (None when nobody answered) and the ranks that did not answer (rank -> why)."""
+
+    incident: Optional[str]
+    unanswered: dict[int, str] = field(default_factory=dict)
+
+
+# (job_dir, timeout_s) -> the fresh dump's incident id (or a FreshDump, which also says who
+# did not answer), None when no dump arrived in time. Wired to hetobs.jobs.request_dump by the CLI.
+RequestDump = Callable[[Path, float], Union[None, str, FreshDump]]
 # (files_done, files_total): called while loading, for a progress bar.
 ProgressCallback = Callable[[int, int], None]
 
