@@ -166,8 +166,11 @@ def test_a_rank_stopped_in_an_island_of_a_plugin_library_is_named_with_the_plugi
 BLACKHOLE = """
 import os, time, datetime, torch, torch.distributed as dist
 import hetobs
+device = os.environ.get("HETOBS_ISLAND_DEVICE", "cpu")
+if device == "standin":
+    import hetobs_standin  # the stand-in accelerator and its library sccl
 dist.init_process_group("hetobs_islands", timeout=datetime.timedelta(seconds=30))
-x = torch.ones(100000)
+x = torch.ones(100000, device=device)
 for i in range(8):
     if i == 3:
         open(os.environ["READY"] + str(dist.get_rank()), "w").close()
@@ -212,11 +215,13 @@ CUT_LINKS = {(0, 2), (0, 3), (1, 2), (1, 3)}  # host 0 -> host 1: the direction 
 @pytest.mark.slow
 @pytest.mark.skipif(NETNS_SKIP_REASON is not None, reason=str(NETNS_SKIP_REASON))
 # Which host diagnoses, and whose watchdog has not fired yet (its hang timeout is long): the
-# incident is still forming when the operator looks.
-@pytest.mark.parametrize("diagnose_on, late", [(0, 1), (1, 0), (0, 0)],
+# incident is still forming when the operator looks. Island b on the stand-in accelerator
+# relays through its device copies (stage device) with its library sccl inside.
+@pytest.mark.parametrize("diagnose_on, late, device_b", [(0, 1, "cpu"), (1, 0, "cpu"), (0, 0, "cpu"),
+                                                         (0, 1, "standin")],
                          ids=["near side, far side not dumped", "far side, near side not dumped",
-                              "near side, its own side not dumped"])
-def test_live_diagnose_of_a_cut_relay_names_the_path_one_way_and_no_rank(diagnose_on: int, late: int,
+                              "near side, its own side not dumped", "standin island, far side not dumped"])
+def test_live_diagnose_of_a_cut_relay_names_the_path_one_way_and_no_rank(diagnose_on: int, late: int, device_b: str,
                                                                           tmp_path: Path) -> None:
     ready, go = str(tmp_path / "ready-"), str(tmp_path / "go")
     env = {**HANG, "HETOBS_HANG_TIMEOUT": "1.5", "HETOBS_TIMEOUT": "60", "READY": ready, "GO": go,
@@ -226,6 +231,8 @@ def test_live_diagnose_of_a_cut_relay_names_the_path_one_way_and_no_rank(diagnos
     for r in CUT:
         if r // 2 == late:
             rank_env[r]["HETOBS_HANG_TIMEOUT"] = "300"
+        if r // 2 == 1 and device_b == "standin":
+            rank_env[r].update(HETOBS_ISLAND_BACKEND="sccl", HETOBS_ISLAND_DEVICE="standin")
     with Hosts(2) as hosts:
         prefix = [hosts.prefix(r // 2) for r in CUT]
         with InlineJob(BLACKHOLE, 4, tmp_path, env=env, rank_env=rank_env, transport="auto",
@@ -248,28 +255,37 @@ def test_live_diagnose_of_a_cut_relay_names_the_path_one_way_and_no_rank(diagnos
 
 
 OTHER_OP = """
-import datetime, torch, torch.distributed as dist
+import datetime, os, torch, torch.distributed as dist
 import hetobs
+device = os.environ.get("HETOBS_ISLAND_DEVICE", "cpu")
+if device == "standin":
+    import hetobs_standin  # the stand-in accelerator and its library sccl
 dist.init_process_group("hetobs_islands", timeout=datetime.timedelta(seconds=30))
-x = torch.ones(1000)
+x = torch.ones(1000, device=device)
 for i in range(6):
     if i == 3 and dist.get_rank() == 3:  # everyone else calls all_reduce here
-        dist.all_gather_into_tensor(torch.empty(1000 * dist.get_world_size()), x)
+        dist.all_gather_into_tensor(torch.empty(1000 * dist.get_world_size(), device=device), x)
     else:
         dist.all_reduce(x)
 """
+STANDIN_B = {0: ("a", "gloo"), 1: ("b", "sccl"), 2: ("a", "gloo"), 3: ("b", "sccl")}
 
 
 @pytest.mark.slow
 # Rank 3's island b runs its own library inside: Gloo with two ranks (no majority there), the
-# native transport (which fails on the disagreement, each side voting), Gloo with three ranks.
+# native transport (which fails on the disagreement, each side voting), Gloo with three ranks,
+# the stand-in accelerator's library sccl.
 @pytest.mark.parametrize("layout", [LAYOUT, {0: ("a", "gloo"), 1: ("b", "hetobs"), 2: ("a", "gloo"),
                                              3: ("b", "hetobs")},
-                                    {0: ("a", "gloo"), 1: ("b", "gloo"), 2: ("b", "gloo"), 3: ("b", "gloo")}],
-                         ids=["gloo 2+2", "native island", "gloo 1+3"])
+                                    {0: ("a", "gloo"), 1: ("b", "gloo"), 2: ("b", "gloo"), 3: ("b", "gloo")},
+                                    STANDIN_B],
+                         ids=["gloo 2+2", "native island", "gloo 1+3", "standin 2+2"])
 def test_a_rank_calling_another_op_is_named_once_and_its_island_peers_never(layout: dict[int, tuple[str, str]],
                                                                             tmp_path: Path) -> None:
-    with InlineJob(OTHER_OP, 4, tmp_path, env=HANG, rank_env=island_env(layout)) as job:
+    rank_env = island_env(layout)
+    for r, (_, library) in layout.items():
+        rank_env[r].update({"HETOBS_ISLAND_DEVICE": "standin"} if library == "sccl" else {})
+    with InlineJob(OTHER_OP, 4, tmp_path, env=HANG, rank_env=rank_env) as job:
         wait_until(lambda: any(set(range(4)) <= ranks for ranks in incident_ranks(job).values()), 60, "hang dumps")
         data = report(job)
         job.kill()

@@ -1,7 +1,9 @@
 """The stats segment counts an islands job's relays: what `hetobs top` and the exporter read.
 
 A hetobs_islands job crosses between islands through the host relay (op "relay" on the
-native world communicator; its own record per crossing). Each rank reports what its
+native world communicator; its own record per crossing), host tensors as they are,
+through host staging, or, from an island of the stand-in accelerator, through its device
+copies. Each rank reports what its
 records say it relayed, then waits at a gate while this process reads every rank's
 stats segment from outside, as `hetobs top` and the exporter do: the relay slot of
 each rank's per-op counters holds the same calls and bytes, and the exporter's
@@ -24,8 +26,11 @@ pytest.importorskip("torch")
 RELAYS = """
 import json, os, time, torch, torch.distributed as dist
 import hetobs
+device = os.environ.get("HETOBS_ISLAND_DEVICE", "cpu")
+if device == "standin":
+    import hetobs_standin  # the stand-in accelerator and its library sccl
 dist.init_process_group("hetobs_islands")
-x = torch.ones(5000)
+x = torch.ones(5000, device=device)
 for _ in range(4):
     dist.all_reduce(x)
 mine = [r for r in hetobs.records() if r["op"] == "relay"]
@@ -42,12 +47,15 @@ dist.destroy_process_group()
 
 @pytest.mark.slow
 # Unequal islands relay host tensors as they are (stage none); equal ones with
-# HETOBS_RELAY_STAGE=host through the staging copies device tensors take.
+# HETOBS_RELAY_STAGE=host through the host staging copies; an island of the stand-in
+# accelerator through its device copies (stage device).
 @pytest.mark.parametrize("layout, env", [([("a", "gloo"), ("a", "gloo"), ("b", "hetobs")], {}),
                                          ([("a", "gloo"), ("b", "gloo"), ("a", "gloo"), ("b", "gloo")],
-                                          {"HETOBS_RELAY_STAGE": "host"})],
-                         ids=["2+1, host tensors as they are", "2x2, staged"])
-def test_relay_ops_are_in_every_ranks_stats_segment_and_the_exporter(layout: list[tuple[str, str]],
+                                          {"HETOBS_RELAY_STAGE": "host"}),
+                                         ([("a", "gloo"), ("s", "sccl", "standin"), ("a", "gloo"),
+                                           ("s", "sccl", "standin")], {})],
+                         ids=["2+1, host tensors as they are", "2x2, staged", "2x2 gloo+standin"])
+def test_relay_ops_are_in_every_ranks_stats_segment_and_the_exporter(layout: list[tuple[str, ...]],
                                                                       env: dict[str, str], tmp_path: Path) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
@@ -56,7 +64,9 @@ def test_relay_ops_are_in_every_ranks_stats_segment_and_the_exporter(layout: lis
     from hetobs.exporters.source import ShmSource
 
     ready, go = str(tmp_path / "ready-"), str(tmp_path / "go")
-    rank_env = {r: {"HETOBS_ISLAND": isl, "HETOBS_ISLAND_BACKEND": be} for r, (isl, be) in enumerate(layout)}
+    rank_env = {r: {"HETOBS_ISLAND": isl, "HETOBS_ISLAND_BACKEND": be} for r, (isl, be, *_) in enumerate(layout)}
+    for r, (_, _, *device) in enumerate(layout):
+        rank_env[r].update({"HETOBS_ISLAND_DEVICE": device[0]} if device else {})
     n = len(layout)
     with InlineJob(RELAYS, n, tmp_path, env={**env, "READY": ready, "GO": go}, rank_env=rank_env) as job:
         wait_until(lambda: all(os.path.exists(ready + str(r)) for r in range(n)), 120, "the ranks' relays")
