@@ -163,13 +163,17 @@ def test_a_rank_stopped_in_an_island_of_a_plugin_library_is_named_with_the_plugi
     assert blamed(data) == {3}, data["verdicts"]
 
 
-BLACKHOLE = """
+# The start of the programs below: tensors on the rank's island device (HETOBS_ISLAND_DEVICE;
+# an island of the stand-in accelerator imports it, which registers its library sccl).
+ON_DEVICE = """
 import os, time, datetime, torch, torch.distributed as dist
 import hetobs
 device = os.environ.get("HETOBS_ISLAND_DEVICE", "cpu")
 if device == "standin":
-    import hetobs_standin  # the stand-in accelerator and its library sccl
+    import hetobs_standin
 dist.init_process_group("hetobs_islands", timeout=datetime.timedelta(seconds=30))
+"""
+BLACKHOLE = ON_DEVICE + """
 x = torch.ones(100000, device=device)
 for i in range(8):
     if i == 3:
@@ -254,13 +258,7 @@ def test_live_diagnose_of_a_cut_relay_names_the_path_one_way_and_no_rank(diagnos
     assert any("fresh on-demand dump" in n for n in data["notes"]), data["notes"]
 
 
-OTHER_OP = """
-import datetime, os, torch, torch.distributed as dist
-import hetobs
-device = os.environ.get("HETOBS_ISLAND_DEVICE", "cpu")
-if device == "standin":
-    import hetobs_standin  # the stand-in accelerator and its library sccl
-dist.init_process_group("hetobs_islands", timeout=datetime.timedelta(seconds=30))
+OTHER_OP = ON_DEVICE + """
 x = torch.ones(1000, device=device)
 for i in range(6):
     if i == 3 and dist.get_rank() == 3:  # everyone else calls all_reduce here
