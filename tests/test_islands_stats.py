@@ -1,13 +1,12 @@
 """The stats segment counts an islands job's relays: what `hetobs top` and the exporter read.
 
 A hetobs_islands job crosses between islands through the host relay (op "relay" on the
-native world communicator; its own record per crossing), host tensors as they are,
+native world communicator; its own record per crossing): host tensors as they are,
 through host staging, or, from an island of the stand-in accelerator, through its device
-copies. Each rank reports what its
-records say it relayed, then waits at a gate while this process reads every rank's
-stats segment from outside, as `hetobs top` and the exporter do: the relay slot of
-each rank's per-op counters holds the same calls and bytes, and the exporter's
-/metrics families carry them with op="relay".
+copies. Each rank reports what its records say it relayed, then waits at a gate while
+this process reads every rank's stats segment from outside, as `hetobs top` and the
+exporter do: the relay slot of each rank's per-op counters holds the same calls and
+bytes, and the exporter's /metrics families carry them with op="relay".
 """
 
 from __future__ import annotations
