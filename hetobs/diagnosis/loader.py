@@ -574,7 +574,8 @@ def _load_host_metas(job: LoadedJob, ranks_dir: SafeDir, meta_files: list[tuple[
     Which ranks share a host (a machine, a network namespace) is its rank file's `host_key`:
     a host name alone may repeat (containers, namespaces). Only these few are read, so a
     whole host without dumps can be told from one missing rank on a host with others."""
-    names = {m.host for r, m in job.metas.items() if r not in job.dumps and m.host}
+    names = {m.host for r, m in job.metas.items()
+             if r not in job.dumps and r not in job.unusable and not m.exited_cleanly and m.host}
     wanted = [(r, f) for r, f in meta_files
               if r in job.dumps and r not in job.metas and job.dumps[r].host in names]
     if wanted:
