@@ -228,7 +228,8 @@ CUT_LINKS = {(0, 2), (0, 3), (1, 2), (1, 3)}  # host 0 -> host 1: the direction 
 def test_live_diagnose_of_a_cut_relay_names_the_path_one_way_and_no_rank(diagnose_on: int, late: int, device_b: str,
                                                                           tmp_path: Path) -> None:
     ready, go = str(tmp_path / "ready-"), str(tmp_path / "go")
-    env = {**HANG, "HETOBS_HANG_TIMEOUT": "1.5", "HETOBS_TIMEOUT": "60", "READY": ready, "GO": go,
+    # No op times out while the test looks (the job is killed at its end): only the cut is wrong.
+    env = {**HANG, "HETOBS_HANG_TIMEOUT": "1.5", "HETOBS_TIMEOUT": "600", "READY": ready, "GO": go,
            "GLOO_SOCKET_IFNAME": "lo", "HETOBS_RELAY_STAGE": "host"}  # the staged relay: its own p2p incidents
     rank_env = island_env(CUT)
     dumping = [r for r in CUT if r // 2 != late]
@@ -244,7 +245,7 @@ def test_live_diagnose_of_a_cut_relay_names_the_path_one_way_and_no_rank(diagnos
             wait_until(lambda: all(os.path.exists(ready + str(r)) for r in CUT), 90, "the ranks to run")
             drop_incoming(hosts, 1, 0)  # what host 0 sends host 1 is lost, both data and side channel
             Path(go).touch()
-            wait_until(lambda: set(dumping) <= set().union(*incident_ranks(job).values(), set()), 30,
+            wait_until(lambda: set(dumping) <= set().union(*incident_ranks(job).values(), set()), 60,
                        f"dumps of ranks {dumping}")
             p = subprocess.run([*hosts.prefix(diagnose_on), sys.executable, "-m", "hetobs.cli", "diagnose", "--job",
                                 job.job_id, "--dir", str(job.dir), "--json"], capture_output=True, text=True,
