@@ -136,7 +136,7 @@ class _DdpJob(_Job):
 
 
 class _Scraper:
-    """`hetobs exporter` for one job, scraped every SCRAPE_INTERVAL_S while `active` is set."""
+    """`hetobs exporter` for one job, scraped every SCRAPE_INTERVAL_S between begin() and end()."""
 
     def __init__(self, job: _DdpJob, workdir: str) -> None:
         self.log = os.path.join(workdir, f"exporter-{job.job_id}.log")
@@ -144,11 +144,11 @@ class _Scraper:
             self.proc = subprocess.Popen([sys.executable, "-m", "hetobs.cli", "exporter", "--job", job.job_id,
                                           "--port", "0", "--dir", job.hetobs_dir], stdout=subprocess.DEVNULL,
                                          stderr=err, env=dict(os.environ, COLUMNS="300"))
-        self.url = self._address()
-        self.active = threading.Event()
-        self.stop = threading.Event()
-        self.scrapes = 0
+        self.cond = threading.Condition()
+        self.active = self.stop = self.busy = False
+        self.started = self.scrapes = 0
         self.failure: str | None = None
+        self.url = self._address()
         self.thread = threading.Thread(target=self._loop, name="hetobs-bench-scraper", daemon=True)
         self.thread.start()
 
@@ -166,23 +166,50 @@ class _Scraper:
         with open(self.log, encoding="utf-8", errors="replace") as f:
             raise BenchError(f"hetobs exporter did not start serving: {f.read()[-2000:]}")
 
+    def begin(self) -> None:
+        """Start scraping; returns once the first scrape is under way (so it overlaps the batch)."""
+        with self.cond:
+            first = self.started + 1
+            self.active = True
+            self.cond.notify_all()
+            if not self.cond.wait_for(lambda: self.started >= first or self.failure is not None, timeout=60):
+                self.failure = "the scraper did not start"
+
+    def end(self) -> None:
+        """Stop scraping; returns once no scrape is in flight."""
+        with self.cond:
+            self.active = False
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: not self.busy, timeout=60)
+
     def _loop(self) -> None:
-        while not self.stop.is_set():
-            if not self.active.wait(0.2):
-                continue
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: self.active or self.stop)
+                if self.stop:
+                    return
+                self.busy = True
+                self.started += 1
+                self.cond.notify_all()
             try:
                 with urllib.request.urlopen(self.url, timeout=10) as r:
                     body = r.read()
                 if b"hetobs_collective_bytes_total" not in body:
                     self.failure = "a scrape had no hetobs_collective_bytes_total"
-                self.scrapes += 1
             except OSError as e:
                 self.failure = f"scrape of {self.url} failed: {e}"
-            self.stop.wait(SCRAPE_INTERVAL_S)
+            with self.cond:
+                self.busy = False
+                self.scrapes += 1
+                self.cond.notify_all()
+                # The next scrape a second later, unless end() or close() comes first.
+                self.cond.wait_for(lambda: not self.active or self.stop, timeout=SCRAPE_INTERVAL_S)
 
     def close(self) -> None:
-        if hasattr(self, "stop"):
-            self.stop.set()
+        if hasattr(self, "thread"):
+            with self.cond:
+                self.stop = True
+                self.cond.notify_all()
             self.thread.join(timeout=15)
         self.proc.terminate()
         try:
@@ -238,11 +265,11 @@ def _one_world(cfg: OverheadConfig, n: int, workdir: str, tell: Callable[[str], 
                 watched = scraper if v == "hetobs_gloo_scraped" else None
                 if watched is not None:
                     before, exporter_cpu = watched.scrapes, _cpu_seconds(watched.proc.pid)
-                    watched.active.set()
+                    watched.begin()
                 replies = jobs[v].request({"cmd": "run", "steps": cfg.steps}, cfg.timeout_s, f"round {i + 1}")
                 extra_cpu = 0.0
                 if watched is not None:
-                    watched.active.clear()
+                    watched.end()
                     scrapes[v] += watched.scrapes - before
                     extra_cpu = _cpu_seconds(watched.proc.pid) - exporter_cpu
                     if watched.failure:
