@@ -157,6 +157,70 @@ def test_an_async_op_returns_before_it_completes_and_its_record_ends_when_it_doe
     assert out == {"pending": True, "in_flight": "started", "after": "completed"}
 
 
+# Counts every malloc-family call of the process (LD_PRELOAD), for the allocation test below.
+ALLOC_COUNTER_C = r"""
+#include <stddef.h>
+#include <stdatomic.h>
+extern void* __libc_malloc(size_t);
+extern void* __libc_calloc(size_t, size_t);
+extern void* __libc_realloc(void*, size_t);
+extern void* __libc_memalign(size_t, size_t);
+static _Atomic long count;
+void* malloc(size_t n) { atomic_fetch_add_explicit(&count, 1, memory_order_relaxed); return __libc_malloc(n); }
+void* calloc(size_t a, size_t b) { atomic_fetch_add_explicit(&count, 1, memory_order_relaxed); return __libc_calloc(a, b); }
+void* realloc(void* p, size_t n) { atomic_fetch_add_explicit(&count, 1, memory_order_relaxed); return __libc_realloc(p, n); }
+int posix_memalign(void** out, size_t a, size_t n) {
+  atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
+  *out = __libc_memalign(a, n);
+  return *out ? 0 : 12;
+}
+long hetobs_test_allocations(void) { return atomic_load(&count); }
+"""
+
+ALLOC_BODY = """
+import ctypes, json, torch, torch.distributed as dist, hetobs
+from hetobs.torch import wrap
+count = ctypes.CDLL(None).hetobs_test_allocations
+count.restype = ctypes.c_long
+dist.init_process_group("gloo")
+g = wrap(dist.group.WORLD)
+x, out = torch.ones(2), torch.empty(1)  # one rank: reduce_scatter of 1 element
+ops = {"all_reduce": lambda grp: dist.all_reduce(x, group=grp),
+       "reduce_scatter": lambda grp: dist.reduce_scatter_tensor(out, x[:1], group=grp)}
+def per_op(op, grp, n=1000):
+    for _ in range(200):
+        ops[op](grp)
+    before = count()
+    for _ in range(n):
+        ops[op](grp)
+    return (count() - before) / n
+added = {op: min(per_op(op, g) - per_op(op, dist.group.WORLD) for _ in range(3)) for op in ops}
+print("OUT " + json.dumps(added), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_the_cpp_wrapper_allocates_nothing_per_op(tmp_path: Path) -> None:
+    """Its Works come from a pool and its callback fits std::function's own storage. What is left
+    is torch's: the vendor future's callback list grows by our callback when the op is still
+    running (all_reduce, at most one allocation); Gloo's reduce_scatter has no future."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the allocation counter")
+    src, lib = tmp_path / "count.c", tmp_path / "count.so"
+    src.write_text(ALLOC_COUNTER_C)
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True, timeout=120)
+    with InlineJob(ALLOC_BODY, 1, tmp_path, env={"LD_PRELOAD": str(lib), "HETOBS_TORCH_NATIVE": "1"}) as job:
+        (run_,) = job.wait(120)
+    assert run_.returncode == 0, run_.stderr[-3000:]
+    added = json.loads(next(line for line in run_.stdout.splitlines() if line.startswith("OUT "))[4:])
+    assert added["reduce_scatter"] < 0.05, added
+    assert added["all_reduce"] < 1.05, added
+
+
 ERROR_BODY = """
 import torch, torch.distributed as dist, hetobs
 dist.init_process_group("hetobs_gloo")
