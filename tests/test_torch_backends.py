@@ -166,11 +166,12 @@ extern void* __libc_calloc(size_t, size_t);
 extern void* __libc_realloc(void*, size_t);
 extern void* __libc_memalign(size_t, size_t);
 static _Atomic long count;
-void* malloc(size_t n) { atomic_fetch_add_explicit(&count, 1, memory_order_relaxed); return __libc_malloc(n); }
-void* calloc(size_t a, size_t b) { atomic_fetch_add_explicit(&count, 1, memory_order_relaxed); return __libc_calloc(a, b); }
-void* realloc(void* p, size_t n) { atomic_fetch_add_explicit(&count, 1, memory_order_relaxed); return __libc_realloc(p, n); }
+static void counted(void) { atomic_fetch_add_explicit(&count, 1, memory_order_relaxed); }
+void* malloc(size_t n) { counted(); return __libc_malloc(n); }
+void* calloc(size_t a, size_t b) { counted(); return __libc_calloc(a, b); }
+void* realloc(void* p, size_t n) { counted(); return __libc_realloc(p, n); }
 int posix_memalign(void** out, size_t a, size_t n) {
-  atomic_fetch_add_explicit(&count, 1, memory_order_relaxed);
+  counted();
   *out = __libc_memalign(a, n);
   return *out ? 0 : 12;
 }

@@ -160,8 +160,8 @@ class InstrumentedBackend(dist.ProcessGroup):
             self._group = group
         return self._group
 
-    def _run(self, op: str, tensors: list[torch.Tensor], call: Callable[[], Any], *, redop: int = 0,
-             root: int = -1, out_count: int | None = None) -> Any:
+    def _run(self, op: str, tensors: list[torch.Tensor], call: Callable[[], Any], opts: Any = None, *,
+             redop: int = 0, root: int = -1, out_count: int | None = None) -> Any:
         # Per-call cost matters (a few us against Gloo's tens): one tensor is the common case.
         if len(tensors) == 1:
             first = tensors[0]
@@ -187,9 +187,22 @@ class InstrumentedBackend(dist.ProcessGroup):
                 _poller = _Poller()
             _poller.add(self.ext, work, token)
             return work
-        # Never waited on here: a caller that overlaps the op with its own work (DDP's bucket
-        # all_reduce during backward; an isend/irecv ring, which would deadlock) keeps doing so.
-        # The record ends from the vendor future's callback, or at the caller's wait.
+        if opts is not None and not getattr(opts, "asyncOp", True):
+            # torch.distributed's own synchronous call (async_op=False), which waits at once: the
+            # wait is ours, and the record ends here. A done-callback instead would run on the
+            # vendor's thread, which must take the GIL from the caller between every two ops
+            # (+300 us per 8 B all_reduce at 2 ranks here, against +20 us this way).
+            try:
+                work.wait()
+            except BaseException as e:
+                self.ext.end(token, False, f"{type(e).__name__}: {e}"[:90])
+                raise
+            self.ext.end(token, True, "")
+            return work
+        # Asynchronous (async_op=True, and every op DDP's reducer issues from C++): never waited
+        # on here, so what the caller overlaps with the op (DDP's bucket all_reduce and the rest
+        # of backward; an isend/irecv ring, which would deadlock) stays overlapped. The record
+        # ends from the vendor future's callback, or at the caller's wait.
         if op not in self._no_future:
             try:
                 fut = work.get_future()
@@ -201,29 +214,31 @@ class InstrumentedBackend(dist.ProcessGroup):
         return _EndAtWait(self.ext, work, token)
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:
-        return self._run("all_reduce", tensors, lambda: self.inner.allreduce(tensors, opts), redop=_redop(opts))
+        return self._run("all_reduce", tensors, lambda: self.inner.allreduce(tensors, opts), opts,
+                         redop=_redop(opts))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> Any:
-        return self._run("all_reduce", tensors, lambda: self.inner.allreduce_coalesced(tensors, opts),
+        return self._run("all_reduce", tensors, lambda: self.inner.allreduce_coalesced(tensors, opts), opts,
                          redop=_redop(opts))
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> Any:
-        return self._run("broadcast", tensors, lambda: self.inner.broadcast(tensors, opts), root=opts.rootRank)
-
-    def reduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:
-        return self._run("reduce", tensors, lambda: self.inner.reduce(tensors, opts), redop=_redop(opts),
+        return self._run("broadcast", tensors, lambda: self.inner.broadcast(tensors, opts), opts,
                          root=opts.rootRank)
 
+    def reduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:
+        return self._run("reduce", tensors, lambda: self.inner.reduce(tensors, opts), opts,
+                         redop=_redop(opts), root=opts.rootRank)
+
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> Any:
-        return self._run("all_gather", inputs, lambda: self.inner.allgather(outputs, inputs, opts),
+        return self._run("all_gather", inputs, lambda: self.inner.allgather(outputs, inputs, opts), opts,
                          out_count=sum(numel(o) for o in outputs))
 
     def allgather_coalesced(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> Any:
-        return self._run("all_gather", inputs, lambda: self.inner.allgather_coalesced(outputs, inputs, opts),
+        return self._run("all_gather", inputs, lambda: self.inner.allgather_coalesced(outputs, inputs, opts), opts,
                          out_count=sum(numel(o) for o in outputs))
 
     def all_gather_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> Any:
-        return self._run("all_gather", [inp], lambda: self.inner._allgather_base(out, inp, opts),
+        return self._run("all_gather", [inp], lambda: self.inner._allgather_base(out, inp, opts), opts,
                          out_count=int(out.numel()))
 
     _allgather_base = all_gather_single
@@ -231,18 +246,18 @@ class InstrumentedBackend(dist.ProcessGroup):
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                     opts: Any) -> Any:
         return self._run("all_gather", inputs,
-                         lambda: self._vendor_group().all_gather_single_coalesced(outputs, inputs, opts),
+                         lambda: self._vendor_group().all_gather_single_coalesced(outputs, inputs, opts), opts,
                          out_count=numel(outputs))
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced  # torch's older name
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> Any:
         flat = [t for ins in inputs for t in ins]
-        return self._run("reduce_scatter", flat, lambda: self.inner.reduce_scatter(outputs, inputs, opts),
+        return self._run("reduce_scatter", flat, lambda: self.inner.reduce_scatter(outputs, inputs, opts), opts,
                          redop=_redop(opts), out_count=numel(outputs))
 
     def reduce_scatter_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> Any:
-        return self._run("reduce_scatter", [inp], lambda: self.inner._reduce_scatter_base(out, inp, opts),
+        return self._run("reduce_scatter", [inp], lambda: self.inner._reduce_scatter_base(out, inp, opts), opts,
                          redop=_redop(opts), out_count=int(out.numel()))
 
     _reduce_scatter_base = reduce_scatter_single
@@ -250,26 +265,26 @@ class InstrumentedBackend(dist.ProcessGroup):
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                         opts: Any) -> Any:
         return self._run("reduce_scatter", inputs,
-                         lambda: self._vendor_group().reduce_scatter_single_coalesced(outputs, inputs, opts),
+                         lambda: self._vendor_group().reduce_scatter_single_coalesced(outputs, inputs, opts), opts,
                          redop=_redop(opts), out_count=numel(outputs))
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced  # torch's older name
 
     def all_to_all_single(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int],
                           in_splits: list[int], opts: Any) -> Any:
-        return self._run("all_to_all", [inp], lambda: self.inner.alltoall_base(out, inp, out_splits, in_splits,
-                                                                                 opts), out_count=int(out.numel()))
+        return self._run("all_to_all", [inp], lambda: self.inner.alltoall_base(out, inp, out_splits, in_splits, opts),
+                         opts, out_count=int(out.numel()))
 
     _alltoall_base = all_to_all_single
     alltoall_base = all_to_all_single
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any) -> Any:
-        return self._run("all_to_all", inputs, lambda: self.inner.alltoall(outputs, inputs, opts),
+        return self._run("all_to_all", inputs, lambda: self.inner.alltoall(outputs, inputs, opts), opts,
                          out_count=numel(outputs))
 
     def barrier(self, opts: Any = None) -> Any:
         call = (lambda: self.inner.barrier(opts)) if opts is not None else self.inner.barrier
-        return self._run("barrier", [], call)
+        return self._run("barrier", [], call, opts)
 
     # Coalescing the old way (every op between start and end is the vendor's to batch).
     def _start_coalescing(self, device: torch.device) -> None:
@@ -288,8 +303,9 @@ class InstrumentedBackend(dist.ProcessGroup):
         return self._run("recv", tensors, lambda: self.inner.recv_anysource(tensors, tag))
 
     def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> Any:
-        return self._run("gather", inputs, lambda: self.inner.gather(outputs, inputs, opts), root=opts.rootRank)
+        return self._run("gather", inputs, lambda: self.inner.gather(outputs, inputs, opts), opts,
+                         root=opts.rootRank)
 
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> Any:
-        return self._run("scatter", outputs, lambda: self.inner.scatter(outputs, inputs, opts),
+        return self._run("scatter", outputs, lambda: self.inner.scatter(outputs, inputs, opts), opts,
                          root=opts.rootRank)
