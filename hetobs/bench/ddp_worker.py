@@ -23,10 +23,9 @@ import json
 import os
 import sys
 import time
-import traceback
-from typing import Any
+from typing import Any, Callable
 
-from .worker import _protocol_stream
+from .worker import _protocol_stream, serve
 
 WARMUP_STEPS = 10
 BATCH = 32
@@ -115,32 +114,17 @@ def main(argv: list[str] | None = None) -> int:
         proto.write(json.dumps({"rank": rank, **obj}) + "\n")
         proto.flush()
 
-    loop: _Loop | None = None
-    try:
+    def start() -> tuple[Callable[[dict[str, Any]], dict[str, Any]], Callable[[], dict[str, Any]]]:
         loop = _Loop(args.backend)
         reply({"ready": True, "backend": args.backend, "wrapper": loop.wrapper(), "pid": os.getpid()})
-        for line in sys.stdin:
-            if not line.strip():
-                continue
-            msg = json.loads(line)
-            if msg.get("cmd") == "run":
-                times, cpu = loop.run(int(msg["steps"]))
-                reply({"steps": times, "cpu_seconds": cpu})
-            elif msg.get("cmd") == "exit":
-                records = loop.close()
-                loop = None
-                reply({"bye": True, "records": records})
-                return 0
-            else:
-                raise ValueError(f"unknown command {msg!r}")
-        return 0  # stdin closed: the runner went away
-    except BaseException as e:  # report, then exit non-zero; peers are stopped by the runner
-        traceback.print_exc(file=sys.stderr)
-        try:
-            reply({"error": f"{type(e).__name__}: {e}"})
-        except OSError:
-            pass
-        return 1
+
+        def run(msg: dict[str, Any]) -> dict[str, Any]:
+            times, cpu = loop.run(int(msg["steps"]))
+            return {"steps": times, "cpu_seconds": cpu}
+
+        return run, lambda: {"records": loop.close()}
+
+    return serve(sys.stdin, reply, start)
 
 
 if __name__ == "__main__":
