@@ -1,13 +1,16 @@
 """The Python fallback of the vendor wrapper, for when hetobs._torch_ext is not built for
 the running torch (or HETOBS_TORCH_NATIVE=0): a `dist.ProcessGroup` subclass around the
-vendor group, recording each op in the same ExternalComm. It hands back the vendor's own
-Work and never waits on it, so what the caller overlaps with an op (DDP: the bucket
-all_reduce with the rest of backward) stays overlapped:
-- CPU ops: the record ends from the vendor future's done-callback; where the vendor Work
-  has no future (Gloo's send, recv and reduce_scatter) at the caller's wait;
+vendor group, recording each op in the same ExternalComm. It hands back the vendor's own Work:
+- asynchronous CPU ops (async_op=True, and all DDP's): never waited on here, so what the
+  caller overlaps with the op (DDP: a bucket's all_reduce with the rest of backward) stays
+  overlapped; the record ends from the vendor future's done-callback, or where the vendor
+  Work has no future (Gloo's send, recv and reduce_scatter) at the caller's wait;
+- torch's synchronous calls (opts.asyncOp false): waited on here, as torch does next anyway,
+  and the record ends then (no Python callback on the vendor's thread fighting for the GIL);
 - device tensors: a poller thread asks Work.is_completed() and records completion (a
   wait would synchronise the stream on the hot path).
-It costs ~20-35 us more per call than the C++ wrapper (docs/PERF.md).
+Per small op it costs a few us more than the C++ wrapper at one rank, up to ~25 with more
+(docs/PERF.md, "The cost of watching").
 """
 
 from __future__ import annotations
