@@ -230,19 +230,27 @@ def bench(
 
 def render_relay(result: "RelayBenchResult", out: Console) -> None:
     cfg = result.config
-    out.print(f"# hetobs bench relay: 2 ranks ({cfg.transport}) on {os.cpu_count() or 0} cores, each sends and "
-              f"receives SIZE; chunk {format_size(cfg.chunk_bytes)} x {cfg.slots} slots; {cfg.reps} reps, "
-              "interleaved", highlight=False)
-    out.print("# busbw = bytes per direction / time (max over ranks of the median); ratio = pipelined/unpipelined;"
-              " efficiency = pipelined / min(copy, wire); cores busy = CPU s of both ranks / wall s", highlight=False)
+    if cfg.device:
+        where = (f"stage device on the stand-in accelerator '{cfg.device}' (copy engines paced at "
+                 f"{cfg.copy_gbps:g} GB/s)" if cfg.copy_gbps else f"stage device on '{cfg.device}' (unpaced)")
+    else:
+        where = "stage host (memcpy copy threads)"
+    wire = f"tcp through a veth pair paced at {cfg.wire_gbps:g} GB/s" if cfg.wire_gbps else cfg.transport
+    out.print(f"# hetobs bench relay: 2 ranks ({wire}) on {os.cpu_count() or 0} cores, each sends and receives SIZE; "
+              f"{where}; chunk {format_size(cfg.chunk_bytes)} x {cfg.slots} slots; {cfg.reps} reps, interleaved",
+              highlight=False)
+    out.print("# busbw GB/s = bytes per direction / time (max over ranks of the median); ratio = pipelined/unpipelined;"
+              " efficiency = pipelined / slowest stage; cores busy = CPU s of both ranks / wall s", highlight=False)
+    stages = [v for v in cfg.variants if v not in ("pipelined", "unpipelined")]
     t = Table(show_edge=False, pad_edge=False)
-    for name in ("size", "pipelined", "unpipelined", "copy", "wire", "ratio", "efficiency",
-                 "cores busy p/u/c/w"):
+    for name in ("size", "pipelined", "unpipelined", *stages, "ratio", "efficiency", "slowest",
+                 "cores busy " + "/".join(v[0] if v not in ("d2h", "h2d") else v for v in cfg.variants)):
         t.add_column(name, justify="right")
     for r in result.rows:
-        busy = "/".join(f"{r.cores.get(v, 0):.2f}" for v in ("pipelined", "unpipelined", "copy", "wire"))
-        t.add_row(format_size(r.size), f"{r.pipelined:.3f}", f"{r.unpipelined:.3f}", f"{r.copy:.3f}",
-                  f"{r.wire:.3f}", f"{r.ratio:.2f}", f"{r.efficiency:.2f}", busy)
+        busy = "/".join(f"{r.cores.get(v, 0):.2f}" for v in cfg.variants)
+        t.add_row(format_size(r.size), f"{r.pipelined:.3f}", f"{r.unpipelined:.3f}",
+                  *(f"{r.stages[v]:.3f}" for v in stages), f"{r.ratio:.2f}", f"{r.efficiency:.2f}", r.bottleneck,
+                  busy)
     out.print(t)
 
 
@@ -255,12 +263,21 @@ def relay(
     slots: Annotated[int, typer.Option("--slots", min=1, help="Staging slots each way (HETOBS_RELAY_SLOTS).")]
     = 16,
     transport: Annotated[str, typer.Option("--transport", help="shm or tcp.")] = "shm",
+    device: Annotated[Optional[str], typer.Option(
+        "--device", help="standin: relay tensors of the stand-in accelerator (hetobs_standin, built by "
+                         "scripts/setup.sh) through stage device, against its copy engines alone.")] = None,
+    copy_gbps: Annotated[float, typer.Option("--copy-gbps", min=0.0, help="With --device: pace the device's copy "
+                                                                          "engines (GB/s; 0 unpaced).")] = 0.0,
+    wire_gbps: Annotated[Optional[float], typer.Option(
+        "--wire-gbps", min=0.001, help="Root: run the ranks in two network namespaces joined by a veth pair "
+                                       "limited to this rate (tc tbf), over TCP.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print plain JSON rows on stdout instead of a table.")]
     = False,
     timeout: Annotated[float, typer.Option("--timeout", min=1.0, help="Seconds the whole run may take.")] = 900.0,
 ) -> None:
-    """The pipelined host relay (stage host) against the unpipelined one and against each stage alone
-    (copy: chunk-sized memcpy on one copy thread; wire: the same bytes with stage none), 2 ranks."""
+    """The pipelined relay against the unpipelined one and against each stage alone, 2 ranks: host staging
+    (copy: chunk-sized memcpy on one copy thread; wire: the same bytes with stage none), or with --device
+    the stand-in accelerator's tensors (d2h and h2d: its copy engines alone)."""
     from hetobs.bench.relay import RELAY_SIZES, RelayBenchConfig, run_relay_bench
 
     say = Output(json_mode=as_json)
@@ -276,8 +293,21 @@ def relay(
         raise typer.BadParameter(str(e), param_hint="--chunk") from None
     if chunk_bytes < 1:
         raise typer.BadParameter("must be at least 1 byte", param_hint="--chunk")
+    if device is not None and device != "standin":
+        raise typer.BadParameter(f"{device!r}: the benchmark knows the stand-in accelerator 'standin'",
+                                 param_hint="--device")
+    if device is not None:
+        try:
+            import hetobs_standin  # noqa: F401
+        except ImportError:
+            say.error("--device standin needs the stand-in accelerator (hetobs_standin): scripts/setup.sh builds it")
+            raise typer.Exit(int(ExitCode.USAGE)) from None
+    if copy_gbps and device is None:
+        raise typer.BadParameter("paces a device's copy engines: give --device too", param_hint="--copy-gbps")
+    if wire_gbps is not None and os.geteuid() != 0:
+        raise typer.BadParameter("a paced wire needs root (network namespaces, tc)", param_hint="--wire-gbps")
     cfg = RelayBenchConfig(sizes=size_list, reps=reps, chunk_bytes=chunk_bytes, slots=slots, transport=transport,
-                           timeout_s=timeout)
+                           timeout_s=timeout, device=device, copy_gbps=copy_gbps, wire_gbps=wire_gbps)
     result = run_relay_bench(cfg)
     if result.failure is not None:
         say.error(f"relay benchmark failed: {result.failure}")

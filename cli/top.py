@@ -1,8 +1,8 @@
 """`hetobs top --job ID`: a live view of the job's ranks on this node.
 
 Reads the ranks' stats segments (like the exporter), so it keeps showing a rank that
-hangs or is stopped. Per rank: its host (and island, "node7 [cuda]", in a heterogeneous
-job; `island` in --json), state, the op in flight with its sequence id, seconds
+hangs or is stopped. Per rank: its host (and island, "node7 [b: hccl on npu]", in a
+heterogeneous job; `island`, `island_library` and `island_device` in --json), state, the op in flight with its sequence id, seconds
 since progress (yellow past half the threshold, red past it), busbw/algbw of the last
 window, ops in it; per link: send/receive throughput, busy share and network
 bandwidth; per rank also its busy share (compute between collectives over compute plus
@@ -65,6 +65,14 @@ def _busy(share: float | None) -> str:
     return "-" if share is None else f"{share * 100:.0f}"
 
 
+def _island(r: dict[str, Any]) -> str:
+    """' [island: library on device]' for a rank of a heterogeneous job, else ''."""
+    if not r.get("island"):
+        return ""
+    lib, dev = r.get("island_library"), r.get("island_device")
+    return f" [{r['island']}: {lib} on {dev}]" if lib and dev else f" [{r['island']}]"
+
+
 def render(doc: dict[str, Any], threshold: float) -> Group:
     """The view as rich tables (ranks, then links)."""
     window = doc["window_s"]
@@ -80,7 +88,7 @@ def render(doc: dict[str, Any], threshold: float) -> Group:
         current = "\n".join(f"{c['comm']}: {c['op']} #{c['seq']}, {c['seconds']:.1f}s" for c in r.get("current", []))
         if r.get("problem"):
             current = f"{r['problem']}: {r.get('detail') or ''}"
-        host = (r.get("host") or "-") + (f" [{r['island']}]" if r.get("island") else "")  # heterogeneous jobs
+        host = (r.get("host") or "-") + _island(r)
         ranks.add_row(str(r["rank"]), host, str(r.get("pid", "-")),
                       Text(state, style=_STATE_STYLE.get(state, "")), Text(current or "-"),
                       Text(_ranks(r.get("waiting_on"))), Text(_ranks(r.get("waited_on_by"))),

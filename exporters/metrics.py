@@ -112,7 +112,7 @@ def _rank_metrics(f: dict[str, Family], job: str, e: RankEntry, now: int) -> Non
     f["hetobs_hangs_detected"].samples.append((rl, float(st.hangs_detected)))
     f["hetobs_dumps_written"].samples.append((rl, float(st.dumps_written)))
     if st.island_totals is not None:
-        _island_metrics(f, (job, str(e.rank), st.island), st.island_totals)
+        _island_metrics(f, (job, str(e.rank), st.island), st)
     share = busy_share(st.records, st.world_size) if st.records else None
     if share is not None:
         f["hetobs_rank_busy_share"].samples.append(((job, str(e.rank), st.island), share))
@@ -124,8 +124,10 @@ def _rank_metrics(f: dict[str, Family], job: str, e: RankEntry, now: int) -> Non
     _link_health_metrics(f, jr, st.links)
 
 
-def _island_metrics(f: dict[str, Family], il: Labels, t: stats.IslandTotals) -> None:
-    f["hetobs_rank_island"].samples.append((il, 1.0))
+def _island_metrics(f: dict[str, Family], il: Labels, st: stats.RankStats) -> None:
+    t = st.island_totals
+    assert t is not None
+    f["hetobs_rank_island"].samples.append((il + (st.island_device or "unknown", st.island_library or "unknown"), 1.0))
     for phase in ISLAND_PHASES:
         f["hetobs_island_phase_seconds"].samples.append((il + (phase,), t.phase_ns[phase] / 1e9))
     f["hetobs_island_relay_chunks"].samples.append((il, float(t.chunks)))

@@ -51,6 +51,7 @@ COMM = ("job_id", "rank", "comm")
 OP = COMM + ("op",)
 LINK = COMM + ("peer", "transport")
 ISLAND = ("job_id", "rank", "island")  # per rank: a rank is in one island
+ISLAND_INFO = ISLAND + ("device", "library")  # the info gauge also names the island's device and library
 
 
 # Links per rank that serve TCP health series (the worst ones; see the label rules above).
@@ -158,8 +159,9 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("hetobs_link_delivery_rate_bytes_per_second", "gauge", "bytes_per_second", LINK,
        "The kernel's latest delivery-rate estimate for the connection."),
     # --- islands: hierarchical ops of heterogeneous jobs (ranks that run them only) ---------------
-    _m("hetobs_rank_island", "gauge", "", ISLAND,
-       "1 for the rank's island; join it onto per-rank series on (job_id, rank) with group_left(island)."),
+    _m("hetobs_rank_island", "gauge", "", ISLAND_INFO,
+       "1 for the rank's island, with the island's device type and collective library; join it onto per-rank "
+       "series on (job_id, rank) with group_left(island, device, library)."),
     _m("hetobs_island_phase_seconds", "counter", "seconds", ISLAND + ("phase",),
        "Busy time of each phase of the rank's hierarchical ops: vendor (the island's own collective), d2h, "
        "wire, h2d (the host relay between islands; pipelined, so these overlap)."),

@@ -59,7 +59,9 @@ def _rank_row(e: RankEntry, old: RankEntry | None, now: int, window_s: float | N
     if st is None:
         row["state"] = "exited" if e.exited_cleanly else "unknown"
         return row
-    row.update(pid=st.pid, process=st.process, island=st.island or None, state=rank_state(st, now),
+    row.update(pid=st.pid, process=st.process, island=st.island or None,
+               island_device=st.island_device or None, island_library=st.island_library or None,
+               state=rank_state(st, now),
                current=_current(st, now),
                seconds_since_progress=seconds_since_progress(st, now),
                heartbeat_age_s=max(0.0, (now - st.heartbeat_ns) / 1e9), hang_timeout_s=st.hang_timeout_s,

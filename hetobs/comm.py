@@ -11,6 +11,7 @@ import operator
 from typing import Any, Sequence
 
 from . import _core
+from ._relay_targets import cuda_buffer, cuda_stream_handle, current_cuda_device, device_buffers, device_target
 from .buffers import Buffer, as_buffer
 from .config import check_timeout
 
@@ -21,7 +22,7 @@ OPS: dict[str, int] = {
     "all_reduce": 0, "reduce_scatter": 1, "all_gather": 2, "broadcast": 3, "reduce": 4,
     "all_to_all": 5, "barrier": 6, "send": 7, "recv": 8, "relay": 11,
 }
-RELAY_STAGES: dict[str, int] = {"none": 0, "host": 1, "cuda": 2}  # csrc/include/hetobs/relay/relay.h
+RELAY_STAGES: dict[str, int] = {"none": 0, "host": 1, "cuda": 2, "device": 3}  # csrc/include/hetobs/relay/relay.h
 REDUCTIONS: dict[str, int] = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
 _SUM = "sum"
 _FRONTED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -59,52 +60,6 @@ def _relay_defaults() -> tuple[int, int]:
 
     s = from_env()
     return s.relay_chunk_bytes, s.relay_slots
-
-
-def _device_buffer(x: Any, what: str) -> tuple[int, int]:
-    """(address, bytes) of a device buffer: a CUDA tensor, or an (int data_ptr, int nbytes) pair."""
-    if hasattr(x, "data_ptr") and getattr(x, "is_cuda", False):
-        if not x.is_contiguous():
-            raise ValueError(f"{what}: the CUDA tensor is not contiguous")
-        return int(x.data_ptr()), int(x.numel() * x.element_size())
-    if isinstance(x, (tuple, list)) and len(x) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in x):
-        ptr, nbytes = x
-        if nbytes < 0 or (ptr == 0 and nbytes > 0):
-            raise ValueError(f"{what}: ({ptr}, {nbytes}) is not a device buffer (null address or negative size)")
-        return ptr, nbytes
-    raise ValueError(f"{what}: stage='cuda' takes a CUDA tensor or an (int data_ptr, int nbytes) pair, "
-                     f"got {type(x).__name__}")
-
-
-def _current_cuda_device() -> int:
-    """The caller's current CUDA device when torch is already imported (the op may run on a worker
-    thread, which is made to use the same device); -1 leaves the device as it is."""
-    import sys
-
-    torch = sys.modules.get("torch")
-    try:
-        return int(torch.cuda.current_device()) if torch is not None and torch.cuda.is_available() else -1
-    except Exception:  # a torch without CUDA support
-        return -1
-
-
-def _cuda_stream_handle(stream: Any) -> int:
-    """cudaStream_t of `stream` (a torch.cuda.Stream, an int handle, or None: torch's current
-    stream when torch with CUDA is already imported, else 0: no ordering)."""
-    import sys
-
-    if stream is None:
-        torch = sys.modules.get("torch")
-        try:
-            if torch is None or not torch.cuda.is_available():
-                return 0
-            stream = torch.cuda.current_stream()
-        except Exception:  # a torch without CUDA support
-            return 0
-    handle = getattr(stream, "cuda_stream", stream)
-    if isinstance(handle, bool) or not isinstance(handle, int) or handle < 0:
-        raise ValueError(f"cuda_stream={stream!r}: expected a torch.cuda.Stream or a cudaStream_t handle (int)")
-    return handle
 
 
 def _block(count: int, size: int, index: int) -> tuple[int, int]:
@@ -284,7 +239,7 @@ class Communicator:
     def relay(self, sends: Sequence[tuple[int, Any]], recvs: Sequence[tuple[int, Any]], *, stage: str = "none",
               pipeline: bool = True, chunk_bytes: int | None = None, slots: int | None = None,
               timeout: float | None = None, async_op: bool = False,
-              cuda_stream: Any = None) -> "dict[str, int] | Work":
+              cuda_stream: Any = None, stream: Any = None) -> "dict[str, int] | Work":
         """Move bytes: each (peer, buf) of `sends` lands in the matching (this rank, buf) of the
         peer's `recvs`, all at once, as one op (p2p-style: only the ranks that call it take part).
 
@@ -296,7 +251,11 @@ class Communicator:
         copies all. stage "cuda": the relay's copies run on streams of its own, ordered after the work
         queued so far on `cuda_stream` (a torch.cuda.Stream, or a raw cudaStream_t as int; default
         torch's current stream when torch is imported), with no host synchronisation; the data has
-        landed in device memory when the relay returns. Returns the phases {"d2h_ns", "wire_ns", "h2d_ns", "wall_ns", "chunks",
+        landed in device memory when the relay returns. stage "device": torch tensors of any one
+        non-CPU device (npu, xpu, a PrivateUse1 device, cuda), copied through torch's
+        device-generic API on streams of the relay's own, ordered after `stream` (a torch.Stream
+        of that device; default its current stream), the caller's current device left as it was.
+        Returns the phases {"d2h_ns", "wire_ns", "h2d_ns", "wall_ns", "chunks",
         "bytes_sent", "bytes_recv"}, or with async_op a Work whose result() returns them."""
         if stage not in RELAY_STAGES:
             raise ValueError(f"stage={stage!r}: expected one of {', '.join(RELAY_STAGES)}")
@@ -304,12 +263,20 @@ class Communicator:
         chunk = self._positive(chunk_bytes, "chunk_bytes") if chunk_bytes is not None else chunk
         nslots = self._positive(slots, "slots") if slots is not None else nslots
         keep: list[Any] = []
-        s_list = self._relay_list(sends, "sends", stage, keep, writable=False)
-        r_list = self._relay_list(recvs, "recvs", stage, keep, writable=True)
-        device = _current_cuda_device() if stage == "cuda" else -1
-        stream = _cuda_stream_handle(cuda_stream) if stage == "cuda" else 0
+        devices: list[Any] = []
+        s_list = self._relay_list(sends, "sends", stage, keep, devices, writable=False)
+        r_list = self._relay_list(recvs, "recvs", stage, keep, devices, writable=True)
+        device, cuda, target = -1, 0, None
+        if stage == "cuda":
+            device, cuda = current_cuda_device(), cuda_stream_handle(cuda_stream)
+        elif stage == "device" and devices:
+            target = device_target(devices[0], stream)
+            device = target.index
+        elif stage == "device":  # nothing to move: no device to stage through
+            stage = "none"
         native = self._native.relay(s_list, r_list, RELAY_STAGES[stage], bool(pipeline), chunk, nslots,
-                                    -1.0 if timeout is None else float(timeout), async_op, device, stream)
+                                    -1.0 if timeout is None else float(timeout), async_op, device, cuda,
+                                    target.device_type if target else -1, target.stream_id if target else None)
         if async_op:
             return Work(native, tuple(keep))
         return dict(native)
@@ -324,23 +291,25 @@ class Communicator:
             raise ValueError(f"{what}={value!r}: expected a positive integer")
         return n
 
-    def _relay_list(self, items: Sequence[tuple[int, Any]], what: str, stage: str, keep: list[Any], *,
-                    writable: bool) -> list[tuple[int, int, int]]:
-        out = []
+    def _relay_list(self, items: Sequence[tuple[int, Any]], what: str, stage: str, keep: list[Any],
+                    devices: list[Any], *, writable: bool) -> list[tuple[int, int, int]]:
+        peers = []
         for i, item in enumerate(items):
             if not isinstance(item, (tuple, list)) or len(item) != 2:
                 raise ValueError(f"relay {what}[{i}]: expected a (peer, buffer) pair, got {type(item).__name__}")
             peer = self._check_rank(item[0], f"relay {what}[{i}] peer")
             if peer == self.rank:
                 raise ValueError(f"relay {what}[{i}] peer={peer}: a rank cannot relay to itself")
-            if stage == "cuda":
-                ptr, nbytes = _device_buffer(item[1], f"relay {what}[{i}]")
-            else:
-                b = as_buffer(item[1], f"relay {what}[{i}]", writable=writable)
-                ptr, nbytes = b.ptr, b.nbytes
+            peers.append(peer)
             keep.append(item[1])
-            out.append((peer, ptr, nbytes))
-        return out
+        if stage == "device":  # every tensor on one device, checked together
+            addrs = device_buffers(items, what, devices)
+        elif stage == "cuda":
+            addrs = [cuda_buffer(item[1], f"relay {what}[{i}]") for i, item in enumerate(items)]
+        else:
+            addrs = [(b.ptr, b.nbytes) for b in (as_buffer(item[1], f"relay {what}[{i}]", writable=writable)
+                                                 for i, item in enumerate(items))]
+        return [(peer, ptr, nbytes) for peer, (ptr, nbytes) in zip(peers, addrs)]
 
     # -- groups ---------------------------------------------------------------------
     def split(self, color: int, key: int | None = None) -> "Communicator | None":

@@ -61,9 +61,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("HETOBS_RELAY_CHUNK_BYTES", "4194304", "Chunk size of the pipelined host relay (Communicator.relay, cross-island transfers): copy-in, wire and copy-out overlap chunk by chunk."),
     Setting("HETOBS_RELAY_SLOTS", "16", "Staging slots per direction of the pipelined host relay (chunks in flight each way; staging = slots x chunk bytes)."),
     Setting("HETOBS_OTEL_SAMPLE", "0.01", "Fraction of collectives exported as OpenTelemetry spans (0..1; chosen per communicator and sequence id, so every rank keeps the same ones)."),
-    Setting("HETOBS_ISLAND", "(device type: cuda, npu, xpu, cpu)", "Name of this rank's island under \"hetobs_islands\": ranks with one name form an island (1-15 letters, digits, _ . -)."),
-    Setting("HETOBS_ISLAND_BACKEND", "(by device: nccl, hccl, xccl, gloo)", "torch.distributed backend inside this rank's island (nccl, hccl, xccl, gloo, mpi, or hetobs for the native transport)."),
-    Setting("HETOBS_RELAY_STAGE", "auto", "auto: device tensors cross islands through host staging, host tensors go on the wire as they are; host: host tensors are staged too (a real copy per chunk, to exercise and measure the pipeline without a GPU)."),
+    Setting("HETOBS_ISLAND", "(the island's device type)", "Name of this rank's island under \"hetobs_islands\": ranks with one name form an island (1-15 letters, digits, _ . -)."),
+    Setting("HETOBS_ISLAND_DEVICE", "(torch's current accelerator, else cpu)", "Device type of this rank's island under \"hetobs_islands\" (cuda, npu, xpu, any device a vendor plugin registers with torch, or cpu); the device must be available on the rank."),
+    Setting("HETOBS_ISLAND_BACKEND", "(torch's default for the device: nccl, hccl, xccl, gloo, ...)", "torch.distributed backend inside this rank's island: gloo, nccl, a vendor plugin's backend (hccl, xccl, ...) that carries the island's device, or hetobs for the native transport (cpu islands)."),
+    Setting("HETOBS_RELAY_STAGE", "auto", "auto: device tensors cross islands through host staging (CUDA through its native lane, any other device through torch's device-generic API), host tensors go on the wire as they are; host: host tensors are staged too (a real copy per chunk, to exercise and measure the pipeline without a device); device: CUDA tensors take the device-generic lane too (for comparison)."),
     Setting("HETOBS_RELAY_PIPELINE", "1", "0: the relay copies everything in, sends everything, copies everything out (the unpipelined baseline, for comparison)."),
 )
 

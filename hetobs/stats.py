@@ -24,13 +24,14 @@ __all__ = [
 ]
 
 MAGIC = b"HTBSTATS"
-VERSION = 3  # 2: island fields in the header and in each op record; 3: a CommStats slot for relay ops
+VERSION = 4  # 2: island fields in the header and in each op record; 3: a CommStats slot for relay ops;
+# 4: each op record names its device and library
 OP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier", "send",
             "recv", "gather", "scatter", "relay")
 # Versions read, with the op kinds each one's CommStats counts: only comm_bytes grew from 2
 # to 3 (and comms are stepped by comm_bytes), so a segment of a rank still on the older
 # build reads the same, without relay counts.
-_OP_KINDS_OF_VERSION = {2: 11, 3: len(OP_KINDS)}
+_OP_KINDS_OF_VERSION = {2: 11, 3: len(OP_KINDS), 4: len(OP_KINDS)}
 LATENCY_BUCKETS = 24  # bucket b: duration < 2**b microseconds (the last one: everything above)
 BANDWIDTH_BUCKETS = 20  # bucket b: busbw < 2**b MB/s (the last one: everything above)
 _DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
@@ -42,6 +43,7 @@ ISLAND_PHASES = ("vendor", "d2h", "wire", "h2d")
 
 # (offset, struct format) of the header fields read here; tests check them against the C++ offsets.
 _HEADER = struct.Struct("<8sII" "IIIIII" "QQQQ" "iiii" "Q" "64s64s" "d" "qq" "QQQ" "III" "I" "q" "16s" "QQQQ" "QQ")
+_HEADER_V4 = struct.Struct("<16s16s")  # version 4: the island's device and library, after _HEADER
 _HEADER_FIELDS = (
     "magic", "version", "header_bytes",
     "comm_capacity", "comm_bytes", "link_capacity", "link_bytes", "record_capacity", "record_bytes",
@@ -62,6 +64,8 @@ HEALTH_FIELDS = ("rtt_us", "rttvar_us", "retransmits_total", "retransmitting", "
                  "delivery_rate_bps", "bytes_acked", "bytes_received", "ms_since_data_sent",
                  "ms_since_data_recv", "ms_since_ack_recv", "rate_app_limited")
 _RECORD = struct.Struct("<QQQQQQQQqqqddiiiBBBBBBB5x96s" "16s" "qqqq" "I4x")
+_RECORD_NAMES = struct.Struct("<16s16s")  # version 4: device and library, after _RECORD
+_DEVICE_CODES = ("cpu", "cuda", "other")
 
 
 class StatsError(ValueError):
@@ -140,6 +144,8 @@ class RankStats:
     links: list[LinkStats] = field(default_factory=list)
     records: list[dict[str, object]] = field(default_factory=list)
     island: str = ""  # the rank's island ("" when it runs no hierarchical op)
+    island_device: str = ""   # its device type (cuda, npu, standin, cpu); "" before layout 4
+    island_library: str = ""  # the collective library inside it (nccl, hccl, sccl, gloo, hetobs)
     island_totals: IslandTotals | None = None  # None when `island` is ""
 
     @property
@@ -205,9 +211,11 @@ def _cstr(b: bytes) -> str:
 def _records(buf: mmap.mmap, h: dict[str, int], offset_ns: int, limit: int) -> Iterator[dict[str, object]]:
     cap, size, base, end = h["record_capacity"], h["record_bytes"], h["records_offset"], h["records_next"]
     start = max(0, end - cap, end - limit)
+    named = h["version"] >= 4
     for rid in range(start, end):
-        raw = _seqlocked(buf, base + (rid % cap) * size, _RECORD.size)
-        v = _RECORD.unpack(raw)
+        raw = _seqlocked(buf, base + (rid % cap) * size, _RECORD.size + (_RECORD_NAMES.size if named else 0))
+        v = _RECORD.unpack_from(raw)
+        device, library = _RECORD_NAMES.unpack_from(raw, _RECORD.size) if named else (b"", b"")
         if v[1] != rid:
             continue  # overwritten while we read
         op = OP_KINDS[v[16]] if v[16] < len(OP_KINDS) else "invalid"
@@ -223,7 +231,8 @@ def _records(buf: mmap.mmap, h: dict[str, int], offset_ns: int, limit: int) -> I
             "state": _STATES[v[19]] if v[19] < len(_STATES) else "invalid",
             "algorithm": _ALGOS[v[20]] if v[20] < len(_ALGOS) else "invalid",
             "backend": _BACKENDS[v[21]] if v[21] < len(_BACKENDS) else "invalid",
-            "device_type": "cuda" if v[22] == 1 else "cpu",
+            "device_type": _cstr(device) or (_DEVICE_CODES[v[22]] if v[22] < len(_DEVICE_CODES) else "invalid"),
+            "library": _cstr(library) or None,
             "error": _cstr(v[23]) or None,
             # Hierarchical (island) ops only; None for every other op (as in _core.records()).
             "island": island or None,
@@ -303,13 +312,15 @@ def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankSta
                 reconnects=v[18], tcp=tcp))
         recs = list(_records(buf, h, offset_ns, records)) if records else []
         island = _cstr(h["island"])
+        device, library = _HEADER_V4.unpack_from(buf, _HEADER.size) if h["version"] >= 4 else (b"", b"")
         return RankStats(
             path=path, job=_cstr(h["job"]), rank=h["rank"], world_size=h["world_size"], pid=h["pid"],
             host=_cstr(h["host"]), process_start_ticks=h["process_start_ticks"], hang_timeout_s=h["hang_timeout_s"],
             heartbeat_ns=h["heartbeat_ns"], last_progress_ns=h["last_progress_ns"],
             hangs_detected=h["hangs_detected"], dumps_written=h["dumps_written"], exited_cleanly=h["state"] == 1,
             process=process_state(h["pid"], h["process_start_ticks"], proc), comms=comms, links=links,
-            records=recs, island=island,
+            records=recs, island=island, island_device=_cstr(device) if island else "",
+            island_library=_cstr(library) if island else "",
             island_totals=IslandTotals({p: h[f"island_{p}_ns"] for p in ISLAND_PHASES}, h["island_chunks"],
                                        h["island_ops"]) if island else None)
     except struct.error as e:

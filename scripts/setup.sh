@@ -5,7 +5,7 @@
 # is already there. Progress goes to stderr so callers' stdout stays clean (demo.sh
 # prints the bandwidth table on stdout).
 #
-#   bash scripts/setup.sh            # apt packages, .venv, torch (CPU), editable build
+#   bash scripts/setup.sh            # apt packages, .venv, torch (CPU), editable build, the stand-in device
 #   HETOBS_REBUILD=1 bash scripts/setup.sh   # force the editable reinstall/rebuild
 #   PYTHON=python3.12 bash scripts/setup.sh  # interpreter used to create .venv
 set -euo pipefail
@@ -142,5 +142,28 @@ else
     "$VPY" -c 'import torch, hetobs._torch_ext' ||
         die "hetobs._torch_ext (the C++ torch wrapper) does not import after the build"
     printf '%s\n' "$stamp" >"$stamp_file"
+fi
+
+# --- 6. the stand-in accelerator (standin/): a torch extension for the tests and benches ----
+# A PrivateUse1 device "standin" with its own collective library "sccl" (not a real device:
+# standin/hetobs_standin/__init__.py says what it models). Built against the installed torch.
+standin_stamp_file="$VENV/.hetobs-standin-stamp"
+standin_stamp="$(
+    {
+        "$VPY" -c 'import importlib.metadata as m; print("torch", m.version("torch"))' 2>/dev/null || true
+        find standin csrc/cmake -type f \( -name '*.cc' -o -name '*.h' -o -name '*.txt' -o -name '*.toml' \
+            -o -name '*.cmake' -o -name '*.py' \) -print0 | sort -z | xargs -0r sha256sum
+    } | sha256sum | cut -d' ' -f1
+)"
+if [[ "${HETOBS_REBUILD:-0}" != 1 && -f "$standin_stamp_file" && "$(cat "$standin_stamp_file")" == "$standin_stamp" ]] &&
+    "$VPY" -c 'import hetobs_standin' 2>/dev/null; then
+    log "stand-in device: up to date"
+else
+    log "stand-in device: building (editable; build dir build/standin-<wheel tag>)"
+    rm -f "$standin_stamp_file"
+    pip install -q --no-build-isolation --no-deps -e ./standin
+    "$VPY" -c 'import hetobs_standin, torch; torch.ones(1).to("standin")' ||
+        die "the stand-in device (hetobs_standin) does not work after the build"
+    printf '%s\n' "$standin_stamp" >"$standin_stamp_file"
 fi
 log "done"

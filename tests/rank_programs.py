@@ -1215,7 +1215,8 @@ def prog_init_only(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
 def prog_island_ops(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
     """Hierarchical ops recorded the way the hetobs_islands backend records them, without torch.
 
-    Rank r is in island args['islands'][r]. Each op is one ExternalComm record (backend
+    Rank r is in island args['islands'][r] on device args['devices'][r] with library
+    args['libraries'][r] (names only: no device is touched). Each op is one ExternalComm record (backend
     'islands'): a native all_reduce stands for the island's vendor collective, a copy for
     device->host and host->device, another all_reduce for the wire; their measured times
     are the op's phases. The last op stays in flight in its relay phase until gate
@@ -1228,8 +1229,10 @@ def prog_island_ops(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
 
     comm = ctx.init()
     cid = int(args["comm_id"])
-    ext = _core.ExternalComm(cid, list(range(ctx.world)), ctx.rank, 4, 0, "islands:test",  # 4: backend islands
-                             island=args["islands"][ctx.rank])
+    device = args["devices"][ctx.rank]
+    ext = _core.ExternalComm(cid, list(range(ctx.world)), ctx.rank, 4,  # 4: backend islands
+                             {"cpu": 0, "cuda": 1}.get(device, 2), "islands:test", island=args["islands"][ctx.rank],
+                             device_name=device, library=args["libraries"][ctx.rank])
     x = np.ones(4096, np.float32)
     codes = (OPS["all_reduce"], DTYPES["float32"], REDUCTIONS["sum"], -1, x.size, x.size, x.nbytes)
 
@@ -1427,6 +1430,7 @@ PROGRAMS: dict[str, Callable[[Ctx, dict[str, Any]], dict[str, Any]]] = {
     "selftest": prog_selftest,
     "island_ops": prog_island_ops,
     "relay": lambda ctx, args: __import__("relay_programs").run(ctx, args),  # tests/relay_programs.py
+    "device_relay": lambda ctx, args: __import__("device_relay_programs").run(ctx, args),  # tests/device_relay_programs.py
     "strangers": lambda ctx, args: __import__("wire_programs").strangers(ctx, args),  # tests/wire_programs.py
     "fuzz_target": lambda ctx, args: __import__("wire_programs").fuzz_target(ctx, args),
     "wait_chain": prog_wait_chain,

@@ -34,6 +34,8 @@ from _launch import Job, new_job_id, run_python  # noqa: E402
 from hetobs import stats  # noqa: E402
 
 ISLANDS = ["alpha", "beta"]
+DEVICES = ["standin", "cpu"]  # names only: the records carry them, nothing touches a device
+LIBRARIES = ["sccl", "gloo"]
 COMM_ID = 0x15_1A_0D  # the island communicator (the native world is comm 0)
 OPS = 3  # finished hierarchical ops per rank; op OPS + 1 stays in flight
 PHASE_KEYS = ("vendor_ns", "d2h_ns", "wire_ns", "h2d_ns", "chunks")
@@ -89,7 +91,8 @@ def _sample(page: str, name: str, **labels: str) -> float:
 def island_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Run the job once; collect what each surface shows while the last op is in flight."""
     workdir = tmp_path_factory.mktemp("islands")
-    job = Job("island_ops", 2, {"comm_id": COMM_ID, "islands": ISLANDS, "ops": OPS}, workdir=workdir,
+    job = Job("island_ops", 2, {"comm_id": COMM_ID, "islands": ISLANDS, "devices": DEVICES, "libraries": LIBRARIES,
+                                "ops": OPS}, workdir=workdir,
               gates=["finish-0", "finish-1"], env={"HETOBS_HANG_TIMEOUT": "2"}, job_id=new_job_id("isl"))
     seen: dict[str, Any] = {"job": job}
     try:
@@ -141,6 +144,7 @@ def test_records_carry_island_and_phases(island_job: dict[str, Any]) -> None:
         recs = res["records"]
         assert [x["collective_seq_id"] for x in recs] == list(range(1, OPS + 2))  # one seq per op, every rank
         assert all(x["backend"] == "islands" and x["island"] == ISLANDS[r] for x in recs)
+        assert all(x["device_type"] == DEVICES[r] and x["library"] == LIBRARIES[r] for x in recs)
         assert [x["phases"] for x in recs[:OPS]] == res["phases"]
         assert all(p["vendor_ns"] > 0 and p["wire_ns"] > 0 and p["chunks"] == 1 for p in res["phases"])
         assert recs[OPS]["phases"] == dict.fromkeys(PHASE_KEYS, 0)  # ended without phases
@@ -160,6 +164,7 @@ def test_on_demand_dump_carries_island_phases_and_in_flight_phase(island_job: di
         entries = _island_entries(doc["entries"])
         assert [e["phases"] for e in entries[:OPS]] == island_job["sent"][r]
         assert all(e["island"] == ISLANDS[r] and e["backend"] == "islands" for e in entries)
+        assert all(e["device_type"] == DEVICES[r] and e["library"] == LIBRARIES[r] for e in entries)
         assert entries[:OPS][0]["profiling_name"] == "hetobs:all_reduce"  # Flight Recorder fields as before
         [comm] = [c for c in doc["comms"] if c["comm_id"] == COMM_ID]
         f = comm["in_flight"]
@@ -180,10 +185,11 @@ def test_watchdog_dumps_a_held_island_op_with_its_phase(island_job: dict[str, An
 
 def test_segment_read_from_another_process_carries_them(island_job: dict[str, Any]) -> None:
     for r, seg in enumerate(island_job["segments"]):
-        assert seg.island == ISLANDS[r]
+        assert seg.island == ISLANDS[r] and seg.island_device == DEVICES[r] and seg.island_library == LIBRARIES[r]
         recs = [x for x in seg.records if x["comm_id"] == COMM_ID]
         assert [x["phases"] for x in recs[:OPS]] == island_job["sent"][r]
         assert recs[OPS]["state"] == "started" and recs[OPS]["island"] == ISLANDS[r]
+        assert all(x["device_type"] == DEVICES[r] and x["library"] == LIBRARIES[r] for x in recs)
         totals = seg.island_totals
         assert totals is not None and totals.ops == OPS and totals.chunks == OPS
         for phase in stats.ISLAND_PHASES:
@@ -195,10 +201,10 @@ def test_old_segment_version_is_a_clear_error(island_job: dict[str, Any], tmp_pa
     raw[8:12] = struct.pack("<I", 1)  # StatsHeader.version of the layout before islands
     old = tmp_path / "hetobs-stats-old-r0"
     old.write_bytes(bytes(raw))
-    want = f"{old}: stats layout version 1, this hetobs reads versions 2, 3"
+    want = f"{old}: stats layout version 1, this hetobs reads versions 2, 3, 4"
     with pytest.raises(stats.StatsError, match=re.escape(want)):
         stats.read_segment(str(old))
-    assert stats.VERSION == 3  # islands (2), then the relay slot (3): both still read
+    assert stats.VERSION == 4  # islands (2), the relay slot (3), device and library names (4): all still read
 
 
 def _phase_tracks(doc: dict[str, Any], rank: int) -> dict[str, list[dict[str, Any]]]:
@@ -234,14 +240,17 @@ def test_trace_has_a_track_per_phase(island_job: dict[str, Any], source: str) ->
 
 
 def test_top_shows_each_ranks_island(island_job: dict[str, Any]) -> None:
-    assert {r["rank"]: r["island"] for r in island_job["top"]["ranks"]} == dict(enumerate(ISLANDS))
+    ranks = island_job["top"]["ranks"]
+    assert {r["rank"]: r["island"] for r in ranks} == dict(enumerate(ISLANDS))
+    assert {r["rank"]: (r["island_device"], r["island_library"]) for r in ranks} == dict(enumerate(zip(DEVICES,
+                                                                                                       LIBRARIES)))
 
 
 def test_exporter_serves_phase_seconds(island_job: dict[str, Any]) -> None:
     page, job_id = island_job["metrics"], island_job["job"].job_id
     for r, island in enumerate(ISLANDS):
         labels = {"job_id": job_id, "rank": str(r), "island": island}
-        assert _sample(page, "hetobs_rank_island", **labels) == 1.0
+        assert _sample(page, "hetobs_rank_island", **labels, device=DEVICES[r], library=LIBRARIES[r]) == 1.0
         for phase in stats.ISLAND_PHASES:
             want = sum(p[f"{phase}_ns"] for p in island_job["sent"][r]) / 1e9
             got = _sample(page, "hetobs_island_phase_seconds_total", **labels, phase=phase)

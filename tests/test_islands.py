@@ -1,10 +1,17 @@
-"""hetobs_islands: one job across islands with different libraries inside (Gloo and
-hetobs's native transport here; NCCL needs a GPU), real rank processes each.
+"""hetobs_islands: one job across islands with different libraries inside (Gloo, hetobs's
+native transport, and the stand-in accelerator "standin" with its own library sccl; NCCL
+needs a GPU), real rank processes each.
 
 Every op, dtype and reduction is checked against numpy inside each rank
 (tests/islands_program.py), on islands of equal and unequal sizes whose ranks are not
 contiguous, with host tensors sent as they are and through the staging copies the relay
 uses for device memory. DDP trains what plain Gloo trains.
+
+The stand-in accelerator (standin/, hetobs_standin) is NOT a real device: its memory is
+host memory behind non-host addresses, its copies run on paced copy-engine threads, its
+kernels run on the CPU, and sccl carries collectives over Gloo in host memory. What it
+proves is that islands of a device outside torch's tree, with a library of its own,
+cross through the device-generic relay exactly; not any vendor's speed or driver.
 """
 
 from __future__ import annotations
@@ -34,12 +41,30 @@ LAYOUTS = {
     # equal islands cut alike: the native all-reduce among counterparts (hierarchical.py)
     "2x2 gloo, counterparts": [("a", "gloo"), ("b", "gloo"), ("b", "gloo"), ("a", "gloo")],
     "2+3, both route shapes": [("a", "hetobs"), ("b", "gloo"), ("b", "gloo"), ("a", "hetobs"), ("b", "gloo")],
+    # a device outside torch's tree with its own library (the stand-in accelerator and sccl)
+    "2x2 gloo+standin": [("a", "gloo"), ("s", "sccl", "standin"), ("a", "gloo"), ("s", "sccl", "standin")],
+    "2+1 standin": [("s", "sccl", "standin"), ("s", "sccl", "standin"), ("a", "gloo")],
+    # equal islands cut alike, one of them on a device: no counterparts shortcut (both ends must agree)
+    "1+1 standin+cpu": [("s", "sccl", "standin"), ("a", "gloo")],
+    "1+3 standin": [("a", "gloo"), ("s", "sccl", "standin"), ("s", "sccl", "standin"), ("s", "sccl", "standin")],
+    "3 islands cpu+standin+native": [("a", "gloo"), ("s", "sccl", "standin"), ("b", "hetobs"),
+                                     ("s", "sccl", "standin")],
 }
 
 
-def run_layout(layout: list[tuple[str, str]], tmp: Path, env: dict[str, str] | None = None,
+def rank_env_of(layout: list[tuple[str, ...]]) -> dict[int, dict[str, str]]:
+    """HETOBS_ISLAND(_BACKEND, _DEVICE) of each rank from (island, backend[, device])."""
+    out = {}
+    for r, (isl, be, *dev) in enumerate(layout):
+        out[r] = {"HETOBS_ISLAND": isl, "HETOBS_ISLAND_BACKEND": be}
+        if dev:
+            out[r]["HETOBS_ISLAND_DEVICE"] = dev[0]
+    return out
+
+
+def run_layout(layout: list[tuple[str, ...]], tmp: Path, env: dict[str, str] | None = None,
                transport: str = "shm") -> list[dict]:
-    rank_env = {r: {"HETOBS_ISLAND": isl, "HETOBS_ISLAND_BACKEND": be} for r, (isl, be) in enumerate(layout)}
+    rank_env = rank_env_of(layout)
     env = {"HETOBS_RECORDS": "16384", **(env or {})}  # every op's record stays in the ring
     with InlineJob(BODY, len(layout), tmp, env=env, rank_env=rank_env, transport=transport) as job:
         runs = job.wait(240)
@@ -48,7 +73,7 @@ def run_layout(layout: list[tuple[str, str]], tmp: Path, env: dict[str, str] | N
             for r in runs]
 
 
-def check(results: list[dict], layout: list[tuple[str, str]]) -> None:
+def check(results: list[dict], layout: list[tuple[str, ...]], relay_from_host: bool = False) -> None:
     for rank, res in enumerate(results):
         assert res["failures"] == [], f"rank {rank}: {res['failures'][:5]}"
     # Results every rank holds are bit-identical across islands.
@@ -62,12 +87,30 @@ def check(results: list[dict], layout: list[tuple[str, str]]) -> None:
         assert res["islands"] == [layout[rank][0]], (rank, res["islands"])
         assert res["states"] == ["completed"], (rank, res["states"])
         assert res["phased"] > issued["collective"] // 2, (rank, res["phased"])
+        # Each op names the device its tensors live on and the library inside the rank's island;
+        # the relay ops say which device they staged from.
+        device = layout[rank][2] if len(layout[rank]) > 2 else "cpu"
+        assert res["devices"] == [device], (rank, res["devices"])
+        assert res["libraries"] == [layout[rank][1]], (rank, res["libraries"])
+        # (cpu islands of equal size may cross by the counterparts' native all_reduce, no relay;
+        # without the torch extension device tensors are staged in Python, the relay sees host memory)
+        relayed = "cpu" if relay_from_host else device
+        assert res["relay_devices"] == [relayed] or (device == "cpu" and res["relay_devices"] == []), \
+            (rank, res["relay_devices"])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_every_op_dtype_and_reduction_matches_numpy(name: str, tmp_path: Path) -> None:
     check(run_layout(LAYOUTS[name], tmp_path), LAYOUTS[name])
+
+
+@pytest.mark.slow
+def test_device_islands_without_the_torch_extension_stage_in_python_and_stay_exact(tmp_path: Path) -> None:
+    # Where hetobs._torch_ext cannot load (a torch it was not built for), the vendor library is
+    # wrapped in Python and device tensors cross through whole copies to the host: slower, exact.
+    layout = LAYOUTS["2x2 gloo+standin"]
+    check(run_layout(layout, tmp_path, {"TEST_WITHOUT_TORCH_EXT": "1"}), layout, relay_from_host=True)
 
 
 @pytest.mark.slow
@@ -108,10 +151,65 @@ def test_one_island_with_two_libraries_is_refused_naming_both_ranks(tmp_path: Pa
     assert "ERROR island 'a'" in runs[1].stdout or runs[1].returncode != 0, runs[1]
 
 
-def torchrun(backend: str, tmp: Path) -> list[dict]:
+REFUSE_BODY = ("import os, torch.distributed as dist, hetobs\n"
+               "if os.environ.get('LOAD_STANDIN') == '1':\n"
+               "    import hetobs_standin\n"
+               "try:\n"
+               "    dist.init_process_group('hetobs_islands')\n"
+               "except ValueError as e:\n"
+               "    print('ERROR', e, flush=True)\n"
+               "    raise SystemExit(3)\n")
+STANDIN = {"HETOBS_ISLAND": "s", "HETOBS_ISLAND_DEVICE": "standin", "LOAD_STANDIN": "1"}
+CPU = {"HETOBS_ISLAND": "c", "HETOBS_ISLAND_BACKEND": "gloo"}
+
+
+@pytest.mark.parametrize("rank1, error", [
+    # a library that cannot carry the island's device
+    ({**STANDIN, "HETOBS_ISLAND_BACKEND": "gloo"},
+     "island 's': rank 1 cannot run backend gloo on standin: gloo carries cpu, cuda tensors, not standin"),
+    ({**STANDIN, "HETOBS_ISLAND_BACKEND": "hetobs"},
+     "island 's': rank 1 cannot run backend hetobs on standin: the native transport inside an island moves host"),
+    # the island's device is missing on the rank (the vendor's plugin is not loaded there)
+    ({**STANDIN, "LOAD_STANDIN": "0", "HETOBS_ISLAND_BACKEND": "sccl"},
+     "island 's': rank 1 has no standin device available (backend sccl)"),
+    # a library torch cannot use for an island's ranks
+    ({**CPU, "HETOBS_ISLAND_BACKEND": "mpi"}, "island 'c': rank 1 cannot run backend mpi on cpu"),
+], ids=["gloo-on-standin", "native-on-standin", "device-missing", "mpi"])
+def test_an_unusable_island_is_refused_on_every_rank_before_anything_is_sent(rank1: dict, error: str,
+                                                                              tmp_path: Path) -> None:
+    with InlineJob(REFUSE_BODY, 2, tmp_path, rank_env={0: CPU, 1: rank1}) as job:
+        runs = job.wait(60)
+    assert runs[1].returncode == 3 and f"ERROR {error}" in runs[1].stdout, (runs[1].stdout, runs[1].stderr[-2000:])
+    # The other rank reads the refusal from the store and fails at once with the same words.
+    assert runs[0].returncode == 3 and f"rank 1 cannot join the islands: {error}" in runs[0].stdout, \
+        (runs[0].stdout, runs[0].stderr[-2000:])
+    assert not list((tmp_path / "hetobs").glob("*/ranks/*.json")), "no native transport may start"
+
+
+def test_ranks_that_disagree_on_the_relay_settings_are_refused(tmp_path: Path) -> None:
+    rank_env = {0: CPU, 1: {"HETOBS_ISLAND": "d", "HETOBS_ISLAND_BACKEND": "gloo", "HETOBS_RELAY_STAGE": "host"}}
+    with InlineJob(REFUSE_BODY, 2, tmp_path, rank_env=rank_env) as job:
+        runs = job.wait(60)
+    error = "HETOBS_RELAY_STAGE / HETOBS_RELAY_PIPELINE differ: rank 1 has"
+    assert f"ERROR {error}" in runs[0].stdout, (runs[0].stdout, runs[0].stderr[-2000:])
+    assert f"ERROR {error}" in runs[1].stdout or runs[1].returncode != 0, runs[1]
+
+
+def test_one_island_on_two_device_types_is_refused_naming_both(tmp_path: Path) -> None:
+    # Each rank's own settings are usable; together they would put one island on two devices.
+    rank_env = {0: {**STANDIN, "HETOBS_ISLAND_BACKEND": "sccl"},
+                1: {"HETOBS_ISLAND": "s", "HETOBS_ISLAND_BACKEND": "gloo", "HETOBS_ISLAND_DEVICE": "cpu"}}
+    with InlineJob(REFUSE_BODY, 2, tmp_path, rank_env=rank_env) as job:
+        runs = job.wait(60)
+    error = "island 's': rank 1 has backend 'gloo' on 'cpu', but rank 0 has 'sccl' on 'standin'"
+    assert f"ERROR {error}" in runs[0].stdout, (runs[0].stdout, runs[0].stderr[-2000:])
+    assert f"ERROR {error}" in runs[1].stdout or runs[1].returncode != 0, runs[1]
+
+
+def torchrun(backend: str, tmp: Path, layout: str = "a:gloo,b:hetobs,a:gloo,b:hetobs") -> list[dict]:
     tmp.mkdir(parents=True)
     env = dict(os.environ, TORCH_BACKEND=backend, HETOBS_DIR=str(tmp / "hetobs"), OMP_NUM_THREADS="1",
-               RESULT_DIR=str(tmp), ISLAND_LAYOUT="a:gloo,b:hetobs,a:gloo,b:hetobs")
+               RESULT_DIR=str(tmp), ISLAND_LAYOUT=layout)
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
                            str(DDP_PROGRAM)], env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -119,17 +217,21 @@ def torchrun(backend: str, tmp: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_ddp_on_islands_trains_what_gloo_trains(tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", ["a:gloo,b:hetobs,a:gloo,b:hetobs", "a:gloo,s:sccl:standin,a:gloo,s:sccl:standin"],
+                         ids=["gloo+hetobs", "gloo+standin"])
+def test_ddp_on_islands_trains_what_gloo_trains(layout: str, tmp_path: Path) -> None:
     plain = torchrun("gloo", tmp_path / "gloo")
-    ours = torchrun("hetobs_islands", tmp_path / "islands")
+    ours = torchrun("hetobs_islands", tmp_path / "islands", layout)
     want = np.concatenate([np.asarray(p) for p in plain[0]["params"]])
     for rank, run in enumerate(ours):
         got = np.concatenate([np.asarray(p) for p in run["params"]])
         assert np.max(np.abs(got - want)) <= 1e-9, f"rank {rank}"
-        ops = [op for op, state, island in run["records"]]
+        ops = [op for op, *_ in run["records"]]
         assert ops.count("all_reduce") >= 5 and "broadcast" in ops, ops
-        assert {state for _, state, _ in run["records"]} == {"completed"}
-        assert {island for _, _, island in run["records"]} == {"ab"[rank % 2]}
+        island, _, *device = layout.split(",")[rank].split(":")
+        assert {state for _, state, _, _ in run["records"]} == {"completed"}
+        assert {isl for _, _, isl, _ in run["records"]} == {island}
+        assert {dev for _, _, _, dev in run["records"]} == {device[0] if device else "cpu"}
 
 
 RS_BODY = """
@@ -168,7 +270,7 @@ RS_RELAY_BLOCKS = {"2x2 gloo+hetobs": [1, 1, 1, 1], "2+1": [1, 1, 2]}
 @pytest.mark.parametrize("name", list(RS_RELAY_BLOCKS))
 def test_reduce_scatter_relays_only_each_island_s_partial_of_the_blocks_it_needs(name: str, tmp_path: Path) -> None:
     layout = LAYOUTS[name]
-    rank_env = {r: {"HETOBS_ISLAND": isl, "HETOBS_ISLAND_BACKEND": be} for r, (isl, be) in enumerate(layout)}
+    rank_env = rank_env_of(layout)
     with InlineJob(RS_BODY, len(layout), tmp_path, rank_env=rank_env) as job:
         runs = job.wait(120)
     assert all(r.returncode == 0 for r in runs), [r.stderr[-2500:] for r in runs]

@@ -147,10 +147,14 @@ def test_bench_relay_cli_smoke(core: Any) -> None:
     rows = json.loads(p.stdout)
     assert [r["size"] for r in rows] == [65536, 1 << 20], rows
     for r in rows:
-        for k in ("pipelined", "unpipelined", "copy", "wire"):
+        assert set(r["stages"]) == {"copy", "wire"}, r
+        for k in ("pipelined", "unpipelined"):
             assert r[k] > 0 and r["cores"][k] > 0, r
+        for k, bw in r["stages"].items():
+            assert bw > 0 and r["cores"][k] > 0, r
         assert abs(r["ratio"] - r["pipelined"] / r["unpipelined"]) < 1e-9
-        assert abs(r["efficiency"] - r["pipelined"] / min(r["copy"], r["wire"])) < 1e-9
+        assert r["bottleneck"] == min(r["stages"], key=r["stages"].get)
+        assert abs(r["efficiency"] - r["pipelined"] / r["stages"][r["bottleneck"]]) < 1e-9
     bad = subprocess.run([sys.executable, "-m", "hetobs.cli", "bench", "relay", "--chunk", "lots"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--chunk" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr

@@ -56,11 +56,15 @@ def test_layout_matches_the_native_structs() -> None:
     from hetobs import _core
 
     native = _core.stats_layout()
-    assert native["sizeof.StatsHeader"] == stats._HEADER.size
+    assert native["sizeof.StatsHeader"] == stats._HEADER.size + stats._HEADER_V4.size
     assert native["sizeof.CommStats"] == stats._COMM_HEAD.size + len(stats.OP_KINDS) * stats._OPKIND.size
     assert native["sizeof.LinkStats"] == stats._LINK.size + stats._HEALTH.size
     assert native["LinkStats.health"] == stats._LINK.size  # appended: shorter-layout readers skip it
-    assert native["sizeof.OpRecord"] == stats._RECORD.size
+    assert native["sizeof.OpRecord"] == stats._RECORD.size + stats._RECORD_NAMES.size
+    assert native["OpRecord.device"] == stats._RECORD.size  # version 4's names follow the older fields
+    assert native["StatsHeader.island_device"] == stats._HEADER.size
+    assert native["StatsHeader.island_library"] == stats._HEADER.size + 16
+    assert native["OpRecord.library"] == native["OpRecord.device"] + 16
     # Field offsets the reader depends on, computed from its struct format.
     fmt = stats._HEADER.format
     for field_name, key in [("heartbeat_ns", "StatsHeader.heartbeat_ns"), ("records_next", "StatsHeader.records_next"),

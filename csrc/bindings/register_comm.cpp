@@ -3,7 +3,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <map>
 #include <mutex>
+#include <tuple>
 
 #include "hetobs/collectives/algorithm.h"
 #include "hetobs/comm/communicator.h"
@@ -15,6 +17,7 @@
 #include "hetobs/observe/dump_tree.h"
 #include "hetobs/observe/runtime.h"
 #include "hetobs/relay/copy_lane.h"
+#include "hetobs/relay/device_lane_hooks.h"
 #include "hetobs/relay/relay.h"
 #include "fast_entry.h"
 #include "register.h"
@@ -71,8 +74,10 @@ using MessageList = std::vector<std::tuple<int, uintptr_t, size_t>>;  // (peer, 
 
 std::shared_ptr<RelayRequest> makeRelay(const Communicator& c, const MessageList& sends, const MessageList& recvs,
                                         int stage, bool pipeline, size_t chunk, size_t slots, int device,
-                                        uintptr_t cudaStream) {
-  if (stage < 0 || stage > int(RelayStage::kCuda)) throw py::value_error("invalid relay stage code " + std::to_string(stage));
+                                        uintptr_t cudaStream, int deviceType, py::object deviceStream) {
+  if (stage < 0 || stage > int(RelayStage::kDevice)) throw py::value_error("invalid relay stage code " + std::to_string(stage));
+  if (stage == int(RelayStage::kDevice) && (deviceType < 0 || device < 0))
+    throw py::value_error("relay stage 'device' needs the buffers' device type and index");
   if (chunk < 1) throw py::value_error("relay chunk_bytes must be at least 1");
   if (slots < 1) throw py::value_error("relay slots must be at least 1");
   auto r = std::make_shared<RelayRequest>();
@@ -82,6 +87,11 @@ std::shared_ptr<RelayRequest> makeRelay(const Communicator& c, const MessageList
   r->slots = slots;
   r->device = device;
   r->cuda_stream = reinterpret_cast<void*>(cudaStream);
+  r->device_type = deviceType;
+  if (!deviceStream.is_none()) {
+    r->device_stream = deviceStream.cast<int64_t>();
+    r->order_after_stream = true;
+  }
   for (const auto& pair : {std::make_pair(&sends, &r->sends), std::make_pair(&recvs, &r->recvs)}) {
     for (const auto& [peer, addr, bytes] : *pair.first) {
       if (peer < 0 || peer >= c.size() || peer == c.rank())
@@ -306,8 +316,10 @@ void registerComm(py::module_& m) {
       .def(
           "relay",
           [](Communicator& c, const MessageList& sends, const MessageList& recvs, int stage, bool pipeline,
-             size_t chunk, size_t slots, double timeout, bool async, int device, uintptr_t cudaStream) -> py::object {
-            auto req = makeRelay(c, sends, recvs, stage, pipeline, chunk, slots, device, cudaStream);
+             size_t chunk, size_t slots, double timeout, bool async, int device, uintptr_t cudaStream,
+             int deviceType, py::object deviceStream) -> py::object {
+            auto req = makeRelay(c, sends, recvs, stage, pipeline, chunk, slots, device, cudaStream, deviceType,
+                                 std::move(deviceStream));
             OpArgs a;
             a.op = OpKind::kRelay;
             a.dtype = DType::kUint8;
@@ -325,7 +337,7 @@ void registerComm(py::module_& m) {
           },
           py::arg("sends"), py::arg("recvs"), py::arg("stage"), py::arg("pipeline"), py::arg("chunk_bytes"),
           py::arg("slots"), py::arg("timeout"), py::arg("async_op"), py::arg("device") = -1,
-          py::arg("cuda_stream") = 0)
+          py::arg("cuda_stream") = 0, py::arg("device_type") = -1, py::arg("device_stream") = py::none())
       .def(
           "split",
           [](Communicator& c, int color, int key) {
@@ -414,17 +426,22 @@ void registerComm(py::module_& m) {
   py::class_<ExternalComm, std::shared_ptr<ExternalComm>>(m, "ExternalComm",
                                                           "Records ops that a vendor library runs (Gloo, NCCL, MPI).")
       .def(py::init([](uint64_t id, std::vector<int> global, int rank, int backend, int device, std::string name,
-                       std::string island) {
+                       std::string island, std::string deviceName, std::string library) {
              if (backend < 0 || backend > int(Backend::kVendor)) throw py::value_error("invalid backend code");
+             if (device < 0 || device > int(DeviceType::kOther)) throw py::value_error("invalid device code");
+             if (deviceName.size() >= kDeviceNameBytes || library.size() >= kLibraryNameBytes)
+               throw py::value_error("ExternalComm: device_name and library are at most " +
+                                     std::to_string(kDeviceNameBytes - 1) + " bytes");
              if (rank < 0 || rank >= int(global.size())) throw py::value_error("rank outside the member list");
              checkIsland(island, Backend(backend));
              auto c = std::make_shared<ExternalComm>(id, std::move(global), rank, Backend(backend),
-                                                     DeviceType(device), std::move(name), std::move(island));
+                                                     DeviceType(device), std::move(name), std::move(island),
+                                                     std::move(deviceName), std::move(library));
              c->attach();
              return c;
            }),
            py::arg("comm_id"), py::arg("global_ranks"), py::arg("rank"), py::arg("backend"), py::arg("device"),
-           py::arg("name") = "", py::arg("island") = "")
+           py::arg("name") = "", py::arg("island") = "", py::arg("device_name") = "", py::arg("library") = "")
       .def(
           "begin",
           [](ExternalComm& c, int op, int dtype, int redop, int rootOrPeer, uint64_t count, uint64_t outCount,
@@ -489,35 +506,60 @@ void registerComm(py::module_& m) {
       .def_property_readonly("size", &ExternalComm::size);
 
   m.def(
+      "set_device_lane_hooks",
+      [](py::capsule hooks) {
+        if (std::string(hooks.name() ? hooks.name() : "") != kDeviceLaneHooksCapsule)
+          throw py::type_error("set_device_lane_hooks: expected hetobs._torch_ext.device_lane_hooks()");
+        auto* h = hooks.get_pointer<DeviceLaneHooks>();
+        if (h->abi != kDeviceLaneHooksAbi)
+          throw py::type_error("set_device_lane_hooks: hetobs._core and hetobs._torch_ext were built from different "
+                               "sources");
+        setDeviceLaneHooks(h);  // the table is static in hetobs._torch_ext, which is never unloaded
+      },
+      py::arg("hooks"), "Let the relay copy to and from any torch device (stage 'device').");
+  m.def("device_lane_hooks_set", []() { return deviceLaneHooks() != nullptr; });
+  m.def(
       "relay_copy_bench",
-      [](uintptr_t src, size_t nbytes, size_t chunk, size_t slots) {
-        // The relay's copy stage alone, as the pipeline runs it: chunk-sized copies on one
-        // copy thread into a ring of `slots` staging slots. Returns the nanoseconds it took.
+      [](uintptr_t addr, size_t nbytes, size_t chunk, size_t slots, int deviceType, int deviceIndex, bool toDevice) {
+        // One copy stage alone, as the pipeline runs it: chunk-sized copies on one lane into (or
+        // out of) a ring of `slots` staging slots. deviceType < 0: host memcpy on a copy thread
+        // from `addr`; else the device lane of (deviceType, deviceIndex), device -> staging, or
+        // staging -> device (toDevice) at `addr`. Returns the nanoseconds it took.
         if (chunk < 1 || slots < 1) throw py::value_error("chunk and slots must be at least 1");
         py::gil_scoped_release nogil;
-        // One lane and staging for the process, made on the first call (as a communicator's
-        // are on its first relay), so a timing holds no thread start or page faults.
+        // One lane and staging per kind for the process, made on the first call (as a
+        // communicator's are on its first relay), so a timing holds no thread start or page faults.
+        struct Bench {
+          std::unique_ptr<CopyLane> lane;
+          uint8_t* staging = nullptr;
+          size_t stagingBytes = 0;
+        };
         static std::mutex mu;
-        static std::unique_ptr<CopyLane> lane;
-        static uint8_t* staging = nullptr;
-        static size_t stagingBytes = 0;
+        static std::map<std::tuple<int, int, bool>, Bench> benches;
         std::lock_guard<std::mutex> lk(mu);
-        if (!lane) lane = makeHostCopyLane(nullptr);
-        if (stagingBytes < chunk * slots) {
-          if (staging) lane->freeStaging(staging);
-          staging = lane->allocStaging(chunk * slots);
-          stagingBytes = chunk * slots;
+        Bench& b = benches[{deviceType, deviceIndex, toDevice}];
+        if (!b.lane)
+          b.lane = deviceType < 0 ? makeHostCopyLane(nullptr)
+                                  : makeDeviceCopyLane(deviceType, deviceIndex, toDevice, nullptr);
+        if (b.stagingBytes < chunk * slots) {
+          if (b.staging) b.lane->freeStaging(b.staging);
+          b.staging = b.lane->allocStaging(chunk * slots);
+          b.stagingBytes = chunk * slots;
         }
-        const uint8_t* p = reinterpret_cast<const uint8_t*>(src);
+        uint8_t* p = reinterpret_cast<uint8_t*>(addr);
         int64_t t0 = monoNs();
-        uint64_t last = lane->completed();
+        uint64_t last = b.lane->completed();
         size_t i = 0;
-        for (size_t off = 0; off < nbytes; off += chunk, ++i)
-          last = lane->post(staging + (i % slots) * chunk, p + off, std::min(chunk, nbytes - off));
-        while (lane->completed() < last) lane->waitFor(last, 1000000000);
+        for (size_t off = 0; off < nbytes; off += chunk, ++i) {
+          uint8_t* slot = b.staging + (i % slots) * chunk;
+          size_t n = std::min(chunk, nbytes - off);
+          last = toDevice ? b.lane->post(p + off, slot, n) : b.lane->post(slot, p + off, n);
+        }
+        while (b.lane->completed() < last) b.lane->waitFor(last, 1000000000);
         return monoNs() - t0;
       },
-      py::arg("src"), py::arg("nbytes"), py::arg("chunk_bytes"), py::arg("slots"));
+      py::arg("addr"), py::arg("nbytes"), py::arg("chunk_bytes"), py::arg("slots"), py::arg("device_type") = -1,
+      py::arg("device_index") = -1, py::arg("to_device") = false);
   m.def(
       "buffer_address",
       [](py::handle obj) {

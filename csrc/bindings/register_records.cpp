@@ -52,7 +52,8 @@ py::dict recordDict(const OpRecord& r) {
   d["state"] = opStateName(OpState(r.state));
   d["algorithm"] = algorithmName(Algorithm(r.algorithm));
   d["backend"] = backendName(Backend(r.backend));
-  d["device_type"] = deviceTypeName(DeviceType(r.device_type));
+  d["device_type"] = utf8Valid(recordDevice(r));
+  d["library"] = r.library[0] ? py::object(py::str(utf8Valid(r.library))) : py::object(py::none());
   d["comm_size"] = r.comm_size;
   d["comm_rank"] = r.comm_rank;
   d["time_created_ns"] = monoToWallNs(r.t_enqueue_ns);
@@ -143,12 +144,14 @@ void registerRecords(py::module_& m) {
     OFF(StatsHeader, hang_timeout_s); OFF(StatsHeader, heartbeat_ns); OFF(StatsHeader, last_progress_ns);
     OFF(StatsHeader, hangs_detected); OFF(StatsHeader, records_next); OFF(StatsHeader, state);
     OFF(StatsHeader, links_used); OFF(StatsHeader, wall_minus_mono_ns); OFF(StatsHeader, island);
-    OFF(StatsHeader, island_vendor_ns); OFF(StatsHeader, island_ops);
+    OFF(StatsHeader, island_vendor_ns); OFF(StatsHeader, island_ops); OFF(StatsHeader, island_device);
+    OFF(StatsHeader, island_library);
     OFF(CommStats, comm_id); OFF(CommStats, coll_seq); OFF(CommStats, inflight_record); OFF(CommStats, failed);
     OFF(CommStats, ops);
     OFF(LinkStats, transport); OFF(LinkStats, counters); OFF(LinkStats, progress); OFF(LinkStats, health);
     OFF(OpRecord, record_id); OFF(OpRecord, algbw_gbps); OFF(OpRecord, root_or_peer); OFF(OpRecord, op);
-    OFF(OpRecord, error); OFF(OpRecord, island); OFF(OpRecord, phases);
+    OFF(OpRecord, error); OFF(OpRecord, island); OFF(OpRecord, phases); OFF(OpRecord, device);
+    OFF(OpRecord, library);
 #undef OFF
     d["sizeof.StatsHeader"] = sizeof(StatsHeader);
     d["sizeof.CommStats"] = sizeof(CommStats);

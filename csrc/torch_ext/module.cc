@@ -3,6 +3,7 @@
 // built for another torch).
 #include <torch/csrc/utils/pybind.h>
 
+#include "device_lane.h"
 #include "instrumented_backend.h"
 
 namespace py = pybind11;
@@ -33,4 +34,11 @@ PYBIND11_MODULE(_torch_ext, m) {
       },
       py::arg("inner"), py::arg("external"), py::arg("name"), py::arg("device_ops"),
       "Wrap a vendor c10d backend so every op is recorded in `external` (an ExternalComm's hooks).");
+  m.def(
+      "device_lane_hooks",
+      [] {
+        return py::capsule(const_cast<hetobs::DeviceLaneHooks*>(hetobs::torch_ext::deviceLaneHooks()),
+                           hetobs::kDeviceLaneHooksCapsule);
+      },
+      "The relay's copy lane for any torch device, for hetobs._core.set_device_lane_hooks().");
 }

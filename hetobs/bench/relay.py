@@ -1,11 +1,19 @@
-"""The pipelined host relay against its unpipelined baseline and against each stage alone.
+"""The pipelined relay against its unpipelined baseline and against each stage alone.
 
 `run_relay_bench(RelayBenchConfig(...))` starts one 2-rank job (hetobs.bench.relay_worker)
 that runs every variant in interleaved rounds (see the worker's docstring), then turns
 the timings into rows: a (variant, size) time is the max over ranks of each rank's median
 over repetitions; busbw = bytes moved per direction / time; ratio = pipelined /
-unpipelined busbw; efficiency = pipelined busbw / min(copy, wire) busbw; cores = CPU seconds
-of both ranks (every thread) per op / its time: how much of the machine a variant keeps busy.
+unpipelined busbw; efficiency = pipelined busbw / the slowest stage's busbw; cores = CPU
+seconds of both ranks (every thread) per op / its time: how much of the machine a variant
+keeps busy.
+
+Two settings: host staging (memcpy copy threads: every stage is CPU work on the same
+cores), or a device (`device="standin"`: the stand-in accelerator, its copy engines paced
+at `copy_gbps`, which move bytes without keeping a core busy, as DMA does). With
+`wire_gbps` (root) the two ranks run in two network namespaces joined by a veth pair
+limited to that rate with tc tbf, over TCP: the wire paced too, so all three stages can
+be balanced.
 
 Nothing here prints or exits; `hetobs bench relay` (cli/bench.py) renders it.
 """
@@ -24,11 +32,12 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-__all__ = ["RELAY_SIZES", "RELAY_VARIANTS", "RelayBenchConfig", "RelayBenchResult", "RelayRow", "run_relay_bench"]
+__all__ = ["RELAY_SIZES", "RELAY_VARIANTS", "DEVICE_VARIANTS", "RelayBenchConfig", "RelayBenchResult", "RelayRow", "run_relay_bench"]
 
 MiB = 1 << 20
 RELAY_SIZES: tuple[int, ...] = (1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB)
-RELAY_VARIANTS: tuple[str, ...] = ("pipelined", "unpipelined", "wire", "copy")
+RELAY_VARIANTS: tuple[str, ...] = ("pipelined", "unpipelined", "wire", "copy")  # host staging
+DEVICE_VARIANTS: tuple[str, ...] = ("pipelined", "unpipelined", "d2h", "wire", "h2d")
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,13 @@ class RelayBenchConfig:
     slots: int = 16
     transport: str = "shm"
     timeout_s: float = 600.0
+    device: str | None = None      # "standin": the stand-in accelerator's tensors, stage "device"
+    copy_gbps: float = 0.0         # with a device: its copy engines' pace (0: unpaced)
+    wire_gbps: float | None = None  # root: a veth pair limited to this rate, TCP
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        return DEVICE_VARIANTS if self.device else RELAY_VARIANTS
 
 
 @dataclass
@@ -46,10 +62,10 @@ class RelayRow:
     size: int
     pipelined: float    # busbw, GB/s
     unpipelined: float
-    wire: float
-    copy: float
+    stages: dict[str, float]  # each stage alone (copy and wire; or d2h, wire and h2d), GB/s
     ratio: float        # pipelined / unpipelined
-    efficiency: float   # pipelined / min(copy, wire)
+    efficiency: float   # pipelined / the slowest stage
+    bottleneck: str     # which stage is the slowest
     cores: dict[str, float] = field(default_factory=dict)  # variant -> cores kept busy (CPU s / wall s, both ranks)
 
 
@@ -78,18 +94,55 @@ def run_relay_bench(cfg: RelayBenchConfig) -> RelayBenchResult:
     result = RelayBenchResult(cfg)
     sizes = sorted(set(int(s) for s in cfg.sizes))
     wcfg = {"sizes": sizes, "reps": cfg.reps, "chunk_bytes": cfg.chunk_bytes, "slots": cfg.slots,
-            "variants": list(RELAY_VARIANTS), "plan": {str(s): _plan(s) for s in sizes}}
+            "variants": list(cfg.variants), "plan": {str(s): _plan(s) for s in sizes}, "device": cfg.device,
+            "copy_gbps": cfg.copy_gbps}
+    link = None
+    if cfg.wire_gbps is not None:
+        from .netns import NetnsError, PacedLink
+
+        try:
+            link = PacedLink(cfg.wire_gbps)
+        except NetnsError as e:
+            result.failure = f"the paced wire could not be set up: {e}"
+            return result
+    try:
+        outputs = _run_ranks(cfg, wcfg, link, result)
+    finally:
+        if link is not None:
+            link.close()
+    if result.failure is not None:
+        return result
+    for size in sizes:
+        bw, cores = {}, {}
+        for v in cfg.variants:
+            t = max(statistics.median(o["samples"][v][str(size)]) for o in outputs)
+            bw[v] = size / t / 1e9
+            cores[v] = sum(statistics.median(o["cpu"][v][str(size)]) for o in outputs) / t
+        stages = {v: bw[v] for v in cfg.variants if v not in ("pipelined", "unpipelined")}
+        slowest = min(stages, key=lambda v: stages[v])
+        result.rows.append(RelayRow(size=size, pipelined=bw["pipelined"], unpipelined=bw["unpipelined"],
+                                    stages=stages, ratio=bw["pipelined"] / bw["unpipelined"],
+                                    efficiency=bw["pipelined"] / stages[slowest], bottleneck=slowest, cores=cores))
+    return result
+
+
+def _run_ranks(cfg: RelayBenchConfig, wcfg: dict[str, Any], link: Any, result: RelayBenchResult) -> list[dict]:
+    """Both ranks to the end; their outputs (result.failure set when one failed)."""
     with tempfile.TemporaryDirectory(prefix="hetobs-relay-bench-") as tmp:
+        os.chmod(tmp, 0o700)
         port, job = _free_port(), f"relaybench-{uuid.uuid4().hex[:8]}"
         procs, logs = [], []
+        master = link.ADDRS[0] if link else "127.0.0.1"
         for r in range(2):
-            env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       HETOBS_JOB_ID=job, HETOBS_DIR=os.path.join(tmp, "dir"), HETOBS_TRANSPORT=cfg.transport,
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR=master, MASTER_PORT=str(port),
+                       HETOBS_JOB_ID=job, HETOBS_DIR=os.path.join(tmp, "dir"),
+                       HETOBS_TRANSPORT="tcp" if link else cfg.transport,
                        HETOBS_TIMEOUT=str(cfg.timeout_s), OMP_NUM_THREADS="1")
             log = open(os.path.join(tmp, f"rank-{r}.err"), "w+")
             logs.append(log)
-            procs.append(subprocess.Popen([sys.executable, "-m", "hetobs.bench.relay_worker", json.dumps(wcfg),
-                                           os.path.join(tmp, f"rank-{r}.json")], env=env, stdout=log, stderr=log,
+            argv = [sys.executable, "-m", "hetobs.bench.relay_worker", json.dumps(wcfg),
+                    os.path.join(tmp, f"rank-{r}.json")]
+            procs.append(subprocess.Popen((link.prefix(r) if link else []) + argv, env=env, stdout=log, stderr=log,
                                           stdin=subprocess.DEVNULL, start_new_session=True))
         deadline = time.monotonic() + cfg.timeout_s
         try:
@@ -113,15 +166,4 @@ def run_relay_bench(cfg: RelayBenchConfig) -> RelayBenchResult:
             if os.path.exists(path):
                 with open(path) as f:
                     outputs.append(json.load(f))
-        if result.failure is not None:
-            return result
-    for size in sizes:
-        bw, cores = {}, {}
-        for v in RELAY_VARIANTS:
-            t = max(statistics.median(o["samples"][v][str(size)]) for o in outputs)
-            bw[v] = size / t / 1e9
-            cores[v] = sum(statistics.median(o["cpu"][v][str(size)]) for o in outputs) / t
-        result.rows.append(RelayRow(size=size, pipelined=bw["pipelined"], unpipelined=bw["unpipelined"],
-                                    wire=bw["wire"], copy=bw["copy"], ratio=bw["pipelined"] / bw["unpipelined"],
-                                    efficiency=bw["pipelined"] / min(bw["copy"], bw["wire"]), cores=cores))
-    return result
+    return outputs

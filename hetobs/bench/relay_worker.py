@@ -5,14 +5,20 @@ HETOBS_TRANSPORT set. Both ranks walk the same schedule (repetition -> size -> v
 the variant order rotating per repetition), so every variant sees the machine's drift
 alike. Per (rep, size, variant): a barrier, `warmup` untimed ops, then `iters` ops timed
 as one batch on this rank. Writes {"rank", "samples": {variant: {size: [seconds per op,
-one per rep]}}, "cpu": the same shape, CPU seconds per op of all this rank's threads} to RESULT_PATH. Variants (2 ranks, each sends `size` bytes to the other
-and receives `size` bytes from it):
+one per rep]}}, "cpu": the same shape, CPU seconds per op of all this rank's threads} to
+RESULT_PATH. Variants (2 ranks, each sends `size` bytes to the other and receives `size`
+bytes from it):
 
-* pipelined:   relay(stage="host", pipeline=True)
-* unpipelined: relay(stage="host", pipeline=False)  (copy all, send all, copy all)
-* wire:        relay(stage="none", pipeline=True)   (the wire stage alone: same bytes, same chunks)
-* copy:        the copy stage alone: chunk-sized copies on one copy thread into the staging
-               slots (hetobs._core.relay_copy_bench), both ranks at once as in the pipeline
+* pipelined:   relay of staged buffers, pipeline=True
+* unpipelined: the same, pipeline=False (copy all, send all, copy all)
+* wire:        relay(stage="none") of host buffers (the wire stage alone: same bytes, same chunks)
+Host staging (no device): stage "host" buffers, and
+* copy:        chunk-sized memcpy on one copy thread into the staging slots
+               (hetobs._core.relay_copy_bench), both ranks at once as in the pipeline
+On a device (config "device", e.g. the stand-in accelerator "standin" with engines paced at
+"copy_gbps"): stage "device" tensors, and
+* d2h, h2d:    the device's copy lane alone, device -> staging slots, or back (relay_copy_bench
+               with the device lane), both ranks at once
 """
 
 from __future__ import annotations
@@ -22,23 +28,15 @@ import os
 import resource
 import sys
 import time
+from typing import Any, Callable
 
 import numpy as np
 
 
-def main() -> int:
-    cfg = json.loads(sys.argv[1])
-    out_path = sys.argv[2]
-    import hetobs
+def _host_variants(comm: Any, cfg: dict[str, Any], peer: int, biggest: int) -> tuple[Callable, Callable]:
     from hetobs import _core
 
-    comm = hetobs.init()
-    peer = 1 - comm.rank
     chunk, slots = int(cfg["chunk_bytes"]), int(cfg["slots"])
-    variants = list(cfg["variants"])
-    samples: dict[str, dict[str, list[float]]] = {v: {} for v in variants}
-    cpu: dict[str, dict[str, list[float]]] = {v: {} for v in variants}  # CPU seconds per op, all threads
-    biggest = max(cfg["sizes"])
     src_all = np.random.default_rng(comm.rank).integers(0, 256, biggest, dtype=np.uint8)
     dst_all = np.zeros(biggest, np.uint8)
 
@@ -51,14 +49,65 @@ def main() -> int:
         comm.relay([(peer, src)], [(peer, dst)], stage=stage, pipeline=variant != "unpipelined",
                    chunk_bytes=chunk, slots=slots)
 
+    def received() -> np.ndarray:
+        return dst_all
+    return one, received
+
+
+def _device_variants(comm: Any, cfg: dict[str, Any], peer: int, biggest: int) -> tuple[Callable, Callable]:
+    import torch
+
+    import hetobs_standin
+    from hetobs import _core
+    from hetobs._relay_targets import device_lanes_available
+
+    if not device_lanes_available():
+        raise SystemExit("the device relay needs hetobs._torch_ext, which does not load here")
+    hetobs_standin.set_copy_bandwidth(float(cfg["copy_gbps"]))
+    dev = torch.device(cfg["device"], 0)
+    chunk, slots = int(cfg["chunk_bytes"]), int(cfg["slots"])
+    host_src = np.random.default_rng(comm.rank).integers(0, 256, biggest, dtype=np.uint8)
+    src_all = torch.from_numpy(host_src).to(dev)
+    dst_all = torch.zeros(biggest, dtype=torch.uint8, device=dev)
+    wire_dst = np.zeros(biggest, np.uint8)
+    code = int(torch.accelerator.current_stream(dev).device_type)
+
+    def one(variant: str, size: int) -> None:
+        if variant in ("d2h", "h2d"):
+            t = src_all if variant == "d2h" else dst_all
+            _core.relay_copy_bench(int(t.data_ptr()), size, chunk, slots, device_type=code, device_index=0,
+                                   to_device=variant == "h2d")
+            return
+        if variant == "wire":
+            comm.relay([(peer, host_src[:size])], [(peer, wire_dst[:size])], stage="none", chunk_bytes=chunk,
+                       slots=slots)
+            return
+        comm.relay([(peer, src_all[:size])], [(peer, dst_all[:size])], stage="device",
+                   pipeline=variant != "unpipelined", chunk_bytes=chunk, slots=slots)
+
+    def received() -> np.ndarray:
+        return dst_all.cpu().numpy()
+    return one, received
+
+
+def main() -> int:
+    cfg = json.loads(sys.argv[1])
+    out_path = sys.argv[2]
+    import hetobs
+
+    comm = hetobs.init()
+    peer = 1 - comm.rank
+    variants = list(cfg["variants"])
+    samples: dict[str, dict[str, list[float]]] = {v: {} for v in variants}
+    cpu: dict[str, dict[str, list[float]]] = {v: {} for v in variants}  # CPU seconds per op, all threads
+    biggest = max(cfg["sizes"])
+    one, received = (_device_variants if cfg.get("device") else _host_variants)(comm, cfg, peer, biggest)
+
     # Check each relay variant once, bit for bit (the peer's source is known from its seed).
     want = np.random.default_rng(peer).integers(0, 256, biggest, dtype=np.uint8)
-    for v in variants:
-        if v == "copy":
-            continue
-        dst_all.fill(0)
+    for v in ("pipelined", "unpipelined"):
         one(v, biggest)
-        if not np.array_equal(dst_all, want):
+        if not np.array_equal(received(), want):
             raise SystemExit(f"relay variant {v}: received bytes differ from the peer's")
 
     for rep in range(int(cfg["reps"])):

@@ -26,14 +26,13 @@ from ..torch._common import DTYPE_CODES, comm_id_for, done, reduction_code
 from . import hierarchical as hier
 from .relay import PhaseClock, Relay, relay_pipelined, relay_stage
 from .topology import exchange
-from .vendor import make_island_group
+from .vendor import device_code, make_island_group
 
 __all__ = ["IslandsBackend", "create"]
 
 log = logging.getLogger("hetobs")
 
 ISLANDS_BACKEND_CODE = 4  # Backend::kIslands (csrc/include/hetobs/record/op_record.h)
-_DEVICE_CODES = {"cpu": 0, "cuda": 1}
 
 
 class IslandsBackend(dist.ProcessGroup):
@@ -49,7 +48,13 @@ class IslandsBackend(dist.ProcessGroup):
 
     # -- recording ---------------------------------------------------------------------
     def _op(self, name: str, t: torch.Tensor | None, run: Callable[[PhaseClock], None], *, redop: Any = None,
-            peer: int = -1, count: int | None = None, out_count: int | None = None) -> None:
+            peer: int = -1, count: int | None = None, out_count: int | None = None,
+            out: torch.Tensor | None = None) -> None:
+        for x in (t, out):
+            if x is not None and x.device.type != self.h.island.device:
+                isl = self.h.island
+                raise ValueError(f"hetobs_islands {name}: rank {self.rank()} is in island {isl.name!r} ({isl.backend} "
+                                 f"on {isl.device}): its tensors must be {isl.device} tensors, got one on {x.device}")
         n = int(t.numel()) if t is not None else 0
         count = n if count is None else count
         out_count = count if out_count is None else out_count
@@ -96,7 +101,7 @@ class IslandsBackend(dist.ProcessGroup):
     def all_gather_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> Any:
         _check(out.numel() == inp.numel() * self.size(), "all_gather output", out, inp, self.size())
         with _flat(inp, copy_out=False) as fi, _flat(out, copy_in=False) as fo:
-            self._op("all_gather", inp, lambda c: hier.all_gather(self.h, c, fo, fi), out_count=out.numel())
+            self._op("all_gather", inp, lambda c: hier.all_gather(self.h, c, fo, fi), out_count=out.numel(), out=out)
         return done([out])
 
     _allgather_base = all_gather_single
@@ -113,7 +118,7 @@ class IslandsBackend(dist.ProcessGroup):
         _check(inp.numel() == out.numel() * self.size(), "reduce_scatter input", inp, out, self.size())
         with _flat(inp, copy_out=False) as fi, _flat(out, copy_in=False) as fo:
             self._op("reduce_scatter", inp, lambda c: hier.reduce_scatter(self.h, c, fo, fi, opts.reduceOp),
-                     redop=opts.reduceOp, out_count=out.numel())
+                     redop=opts.reduceOp, out_count=out.numel(), out=out)
         return done([out])
 
     _reduce_scatter_base = reduce_scatter_single
@@ -133,7 +138,7 @@ class IslandsBackend(dist.ProcessGroup):
         with _flat(inp, copy_out=False) as fi, _flat(out, copy_in=False) as fo:
             self._op("all_to_all", inp, lambda c: hier.all_to_all(self.h, c, fo, fi, [r * oe for r in out_rows],
                                                                   [r * ie for r in in_rows]),
-                     out_count=out.numel())
+                     out_count=out.numel(), out=out)
         return done([out])
 
     _alltoall_base = all_to_all_single
@@ -253,11 +258,12 @@ def create(opts: Any, backend_options: Any = None) -> IslandsBackend:
     relay_world = Communicator(native)
     island = topo.of(rank)
     inner = make_island_group(topo, rank, opts.store, timeout, group_id, world_ranks, relay_world)
-    relay = Relay(relay_world, staged_host=relay_stage() == "host", pipeline=relay_pipelined())
+    stage = relay_stage()
+    relay = Relay(relay_world, staged_host=stage == "host", pipeline=relay_pipelined(), generic_cuda=stage == "device")
     h = hier.Hierarchy(topo, rank, inner, relay, counterparts=_counterparts(topo, rank, relay_world))
     ext = _core.ExternalComm(comm_id_for(f"islands:{group_id}"), world_ranks, rank, ISLANDS_BACKEND_CODE,
-                             _DEVICE_CODES.get(island.device, 0), f"hetobs_islands:{group_id}",
-                             island=island.name)
+                             device_code(island.device), f"hetobs_islands:{group_id}", island=island.name,
+                             device_name=island.device, library=island.backend)
     if rank == 0:
         log.info("hetobs_islands: %s", ", ".join(f"{i.name} ({i.backend} on {i.device}): ranks "
                                                  f"{[world_ranks[m] for m in i.members]}" for i in topo.islands))

@@ -295,11 +295,14 @@ def _foreign_layout(topo: Topology, isl: Island, c: int) -> tuple[dict[int, int]
 
 
 def _by_counterparts(h: Hierarchy, flat: torch.Tensor) -> bool:
-    # Device tensors need the relay's staging; HETOBS_RELAY_STAGE=host asks for it on host
-    # tensors too (how the pipeline is measured without a GPU). Counterparts hold the same
+    # Decided from what every rank knows alike (the topology, the job-wide relay settings and
+    # the op's dtype), never from this rank's tensors: both ends must take the same path.
+    # Device islands need the relay's staging; HETOBS_RELAY_STAGE=host asks for it on host
+    # tensors too (how the pipeline is measured without a device). Counterparts hold the same
     # element range only where every island cuts alike.
-    return (h.counterparts is not None and flat.device.type == "cpu" and not h.relay.staged_host
-            and flat.dtype in _NATIVE_DTYPES and len({_gathers(i) for i in h.topo.islands}) == 1)
+    return (h.counterparts is not None and all(i.device == "cpu" for i in h.topo.islands)
+            and not h.relay.staged_host and flat.dtype in _NATIVE_DTYPES
+            and len({_gathers(i) for i in h.topo.islands}) == 1)
 
 
 _NATIVE_DTYPES = {torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
@@ -424,8 +427,7 @@ def all_to_all(h: Hierarchy, clock: PhaseClock, out: torch.Tensor, inp: torch.Te
 
 
 def barrier(h: Hierarchy, clock: PhaseClock) -> None:
-    device = "cuda" if h.island.device == "cuda" else "cpu"
-    all_reduce(h, clock, torch.zeros(1, dtype=torch.int32, device=device), dist.ReduceOp.SUM)
+    all_reduce(h, clock, torch.zeros(1, dtype=torch.int32, device=h.island.device), dist.ReduceOp.SUM)
 
 
 def send(h: Hierarchy, clock: PhaseClock, flat: torch.Tensor, peer: int) -> None:

@@ -1,25 +1,32 @@
 """The crossing between islands: hetobs's pipelined host relay, and the phase clock.
 
 Device tensors go device->host, over the wire, host->device, chunk by chunk through a
-ring of staging slots (Communicator.relay, native); host tensors go on the wire as
-they are, unless HETOBS_RELAY_STAGE=host asks for a real copy through the staging
-slots (how the pipeline is exercised and measured on a machine without a GPU).
+ring of staging slots (Communicator.relay, native): CUDA tensors through the relay's
+native CUDA lane (the fast path), tensors of any other device through torch's
+device-generic API (stage "device": npu, xpu, a PrivateUse1 device); host tensors go on
+the wire as they are, unless HETOBS_RELAY_STAGE=host asks for a real copy through the
+staging slots (how the pipeline is exercised and measured on a machine without a device).
+Where hetobs._torch_ext cannot load (another torch), device tensors are staged whole in
+Python instead: correct, not pipelined, said once in the log.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
+from .._relay_targets import device_lanes_available
 from ..comm import Communicator
 
 __all__ = ["PhaseClock", "Relay", "relay_pipelined", "relay_stage"]
 
 PHASE_KEYS = ("vendor_ns", "d2h_ns", "wire_ns", "h2d_ns", "chunks")
+log = logging.getLogger("hetobs")
 
 
 def _choice(env: Any, name: str, default: str, choices: tuple[str, ...]) -> str:
@@ -33,8 +40,9 @@ def _choice(env: Any, name: str, default: str, choices: tuple[str, ...]) -> str:
 
 
 def relay_stage(env: Any = None) -> str:
-    """HETOBS_RELAY_STAGE: auto (device tensors staged, host tensors direct) or host."""
-    return _choice(env, "HETOBS_RELAY_STAGE", "auto", ("auto", "host"))
+    """HETOBS_RELAY_STAGE: auto (device tensors staged, host tensors direct), host (host tensors
+    staged too) or device (CUDA tensors through the device-generic lane too)."""
+    return _choice(env, "HETOBS_RELAY_STAGE", "auto", ("auto", "host", "device"))
 
 
 def relay_pipelined(env: Any = None) -> bool:
@@ -85,22 +93,27 @@ class Relay:
     """Moves tensors between ranks of different islands over the native world communicator."""
 
     comm: Communicator
-    staged_host: bool = False  # HETOBS_RELAY_STAGE=host
-    pipeline: bool = True      # HETOBS_RELAY_PIPELINE
+    staged_host: bool = False     # HETOBS_RELAY_STAGE=host
+    pipeline: bool = True         # HETOBS_RELAY_PIPELINE
+    generic_cuda: bool = False    # HETOBS_RELAY_STAGE=device
+    _warned: bool = field(default=False, init=False, repr=False)
 
     def _stage(self, ts: list[torch.Tensor]) -> str:
-        kinds = {t.device.type for t in ts}
-        if kinds == {"cpu"}:
+        devices = {t.device for t in ts}
+        if len(devices) > 1:
+            raise ValueError(f"the host relay moves tensors of one device per op (got {sorted(map(str, devices))})")
+        device = next(iter(devices))
+        if device.type == "cpu":
             return "host" if self.staged_host else "none"
-        if kinds == {"cuda"}:
+        if device.type == "cuda" and not self.generic_cuda:
             return "cuda"
-        raise ValueError(f"the host relay moves cpu or cuda tensors, one kind per op (got {sorted(kinds)})")
-
-    @staticmethod
-    def _buffer(t: torch.Tensor, stage: str) -> Any:
-        if stage == "cuda":
-            return (int(t.data_ptr()), int(t.numel() * t.element_size()))
-        return t
+        if device_lanes_available():
+            return "device"
+        if not self._warned:
+            log.warning("hetobs relay: %s tensors are staged whole in Python (hetobs._torch_ext does not load for "
+                        "this torch): correct, but copies and wire do not overlap", device.type)
+            self._warned = True
+        return "python"
 
     def run(self, sends: list[tuple[int, torch.Tensor]], recvs: list[tuple[int, torch.Tensor]],
             clock: PhaseClock) -> None:
@@ -111,12 +124,22 @@ class Relay:
             return
         stage = self._stage([t for _, t in sends] + [t for _, t in recvs])
         clock.enter("relay")
-        if stage == "cuda":
-            # The data was produced on torch's current stream; the relay copies on its own
-            # streams. A stream sync (never a device-wide one) orders the two.
-            torch.cuda.current_stream().synchronize()
-        phases = self.comm.relay([(p, self._buffer(t, stage)) for p, t in sends],
-                                 [(p, self._buffer(t, stage)) for p, t in recvs], stage=stage,
-                                 pipeline=self.pipeline)
-        clock.add_relay(phases)
+        if stage == "python":
+            clock.add_relay(self._staged_in_python(sends, recvs))
+            return
+        # Device stages order their copies after the caller's current stream on the device (no
+        # host synchronisation), and return once the received data is in device memory.
+        clock.add_relay(self.comm.relay(sends, recvs, stage=stage, pipeline=self.pipeline))
 
+    def _staged_in_python(self, sends: list[tuple[int, torch.Tensor]],
+                          recvs: list[tuple[int, torch.Tensor]]) -> dict[str, int]:
+        t0 = time.perf_counter_ns()
+        host_sends = [(p, t.to("cpu")) for p, t in sends]
+        host_recvs = [(p, torch.empty(t.shape, dtype=t.dtype)) for p, t in recvs]
+        t1 = time.perf_counter_ns()
+        phases = self.comm.relay(host_sends, host_recvs, stage="none")
+        t2 = time.perf_counter_ns()
+        for (_, t), (_, h) in zip(recvs, host_recvs):
+            t.copy_(h)
+        t3 = time.perf_counter_ns()
+        return {"d2h_ns": t1 - t0, "wire_ns": t2 - t1, "h2d_ns": t3 - t2, "chunks": phases.get("chunks", 0)}

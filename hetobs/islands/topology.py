@@ -2,8 +2,11 @@
 
 An island is a set of ranks that share an accelerator type and a collective library
 (NVIDIA GPUs with NCCL, Ascend NPUs with HCCL, CPUs with Gloo, ...). A rank names its
-island with HETOBS_ISLAND (default: its device type) and the library inside it with
-HETOBS_ISLAND_BACKEND (default: the usual library of that device type). Islands are
+island with HETOBS_ISLAND (default: its device type), its device with
+HETOBS_ISLAND_DEVICE (default: torch's current accelerator, else cpu) and the library
+inside it with HETOBS_ISLAND_BACKEND (default: the library torch maps to that device).
+Devices are whatever torch knows: in-tree ones and those vendors plug in through
+PrivateUse1; nothing here names a vendor but the fallback table. Islands are
 whatever ranks share a name: they need not be contiguous in rank order, and they may
 differ in size and library.
 
@@ -67,6 +70,10 @@ class Topology:
         members: dict[str, list[int]] = {}
         first: dict[str, Mapping[str, str]] = {}
         for rank, e in enumerate(entries):
+            if e.get("relay", "") != entries[0].get("relay", ""):
+                # Both ends of every crossing must take the same path and cut alike.
+                raise IslandError(f"HETOBS_RELAY_STAGE / HETOBS_RELAY_PIPELINE differ: rank {rank} has {e['relay']}, "
+                                  f"rank 0 has {entries[0]['relay']} (every rank of the job must agree)")
             name = e["island"]
             if name not in members:
                 order.append(name)
@@ -88,37 +95,88 @@ class Topology:
         return Topology(islands, tuple(island_of))
 
 
-def _device_type() -> str:
-    """The accelerator this process would use: cuda, npu, xpu, else cpu."""
+def _accelerator() -> str:
+    """torch's current accelerator (cuda, xpu, a PrivateUse1 device a vendor plugin registered,
+    ...) when one is available, else cpu: device-generic, no vendor named."""
     import torch
 
-    if torch.cuda.is_available():
-        return "cuda"
-    for name in ("npu", "xpu"):
-        mod = getattr(torch, name, None)
-        try:
-            if mod is not None and mod.is_available():
-                return name
-        except Exception:  # a half-installed vendor plugin: not this device
-            continue
-    return "cpu"
+    try:
+        acc = torch.accelerator.current_accelerator(check_available=True)
+    except Exception:  # a half-installed vendor plugin: no usable accelerator
+        return "cpu"
+    return acc.type if acc is not None else "cpu"
 
 
-def local_identity(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This rank's island, backend and device from HETOBS_ISLAND / HETOBS_ISLAND_BACKEND."""
+def _device_available(device: str) -> bool:
+    import torch
+
+    if device == "cpu":
+        return True
+    try:
+        return torch.device(device).type == device and torch.accelerator.device_count() > 0 and \
+            _accelerator() == device
+    except (RuntimeError, ValueError):  # torch knows no such device type here
+        return False
+
+
+def _default_backend(device: str) -> str:
+    """The library torch maps to the device (its own table, which vendor plugins extend when
+    they register: torch_npu's hccl for npu, the stand-in's sccl for standin, ...)."""
+    import torch.distributed as dist
+
+    return dist.Backend.default_device_backend_map.get(device) or DEFAULT_BACKENDS.get(device, "gloo")
+
+
+def _carries(backend: str, device: str) -> str | None:
+    """Why `backend` cannot carry tensors of `device` inside an island, or None when it can."""
+    import torch.distributed as dist
+
+    if backend == "hetobs":
+        return None if device == "cpu" else "the native transport inside an island moves host (cpu) tensors only"
+    if backend == "mpi":
+        return ("torch's MPI backend cannot form a group of one island's ranks (its group is MPI_COMM_WORLD): "
+                "use gloo for a cpu island")
+    if backend in ("gloo", "nccl", "ucc", "xccl"):
+        devices = dist.Backend.backend_capability.get(backend, [])
+    else:
+        plugin = dist.Backend._plugins.get(backend.upper())
+        if plugin is None:
+            return (f"torch.distributed has no backend {backend!r} here (is the vendor's torch plugin imported "
+                    "before init_process_group?)")
+        devices = dist.Backend.backend_capability.get(backend, [])
+    return None if device in devices else f"{backend} carries {', '.join(devices) or 'no device'} tensors, not {device}"
+
+
+def local_identity(env: Mapping[str, str] | None = None, rank: int | None = None) -> dict[str, str]:
+    """This rank's island, backend and device (HETOBS_ISLAND, HETOBS_ISLAND_BACKEND,
+    HETOBS_ISLAND_DEVICE), checked: the device is available here and the backend carries it."""
     env = os.environ if env is None else env
-    device = _device_type()
+    who = f"rank {rank}" if rank is not None else "this rank"
+    device = env.get("HETOBS_ISLAND_DEVICE", "").strip().lower() or _accelerator()
     island = env.get("HETOBS_ISLAND", "").strip() or device
     if not _NAME.match(island):
         raise IslandError(f"HETOBS_ISLAND={island!r}: an island name is 1-15 letters, digits, '_', '.' or '-'")
-    backend = env.get("HETOBS_ISLAND_BACKEND", "").strip().lower() or DEFAULT_BACKENDS.get(device, "gloo")
+    if not _NAME.match(device):
+        raise IslandError(f"HETOBS_ISLAND_DEVICE={device!r}: expected a torch device type (cuda, npu, xpu, cpu, ...)")
+    backend = env.get("HETOBS_ISLAND_BACKEND", "").strip().lower() or _default_backend(device)
     if not _NAME.match(backend):
         raise IslandError(f"HETOBS_ISLAND_BACKEND={backend!r}: expected a torch.distributed backend name "
-                          "(nccl, hccl, xccl, gloo, mpi, hetobs)")
+                          "(nccl, hccl, xccl, gloo, hetobs, ...)")
     if backend == "hetobs_islands":
         raise IslandError("HETOBS_ISLAND_BACKEND='hetobs_islands': the library inside an island cannot be "
                           "the islands backend itself")
-    return {"island": island, "backend": backend, "device": device}
+    relay = {"stage": _setting(env, "HETOBS_RELAY_STAGE", "auto"), "pipeline": _setting(env, "HETOBS_RELAY_PIPELINE", "1")}
+    if not _device_available(device):
+        raise IslandError(f"island {island!r}: {who} has no {device} device available (backend {backend}); is the "
+                          f"vendor's torch plugin imported and the device visible to this process?")
+    why = _carries(backend, device)
+    if why:
+        raise IslandError(f"island {island!r}: {who} cannot run backend {backend} on {device}: {why}")
+    return {"island": island, "backend": backend, "device": device, "relay": json.dumps(relay, sort_keys=True)}
+
+
+def _setting(env: Mapping[str, str], name: str, default: str) -> str:
+    return env.get(name, default).strip().lower() or default
 
 
 def exchange(store: Any, prefix: str, rank: int, size: int, env: Mapping[str, str] | None = None) -> Topology:
@@ -128,7 +186,7 @@ def exchange(store: Any, prefix: str, rank: int, size: int, env: Mapping[str, st
     ranks fail at once with it instead of waiting for an identity that never comes.
     """
     try:
-        me: dict[str, str] = local_identity(env)
+        me: dict[str, str] = local_identity(env, rank)
     except IslandError as e:
         store.set(f"{prefix}{rank}", json.dumps({"error": str(e)}))
         raise
@@ -139,7 +197,7 @@ def exchange(store: Any, prefix: str, rank: int, size: int, env: Mapping[str, st
         try:
             e = json.loads(raw)
             error = e.get("error")
-            entry = None if error else {k: str(e[k]) for k in ("island", "backend", "device")}
+            entry = None if error else {k: str(e[k]) for k in ("island", "backend", "device", "relay")}
         except (ValueError, KeyError, TypeError, AttributeError):
             raise IslandError(f"rank {r} published an unreadable island identity under {prefix}{r}") from None
         if entry is None:

@@ -23,7 +23,7 @@ from ..comm import Communicator
 from ..torch._common import comm_id_for, reduction
 from .topology import IslandError, Topology
 
-__all__ = ["IslandGroup", "TorchIslandGroup", "NativeIslandGroup", "cheap_scatter", "make_island_group"]
+__all__ = ["IslandGroup", "TorchIslandGroup", "NativeIslandGroup", "cheap_scatter", "device_code", "make_island_group"]
 
 # Backend codes of records (csrc/include/hetobs/record/op_record.h): Gloo and NCCL by
 # name, every other library (HCCL, XCCL, ... through its torch plugin) as "vendor", its
@@ -33,6 +33,12 @@ _VENDOR_CODE = 5
 # Libraries whose reduce-scatter and all-gather cost about twice their all-reduce, measured
 # (docs/islands.md): hierarchical ops avoid them and move whole buffers over the relay.
 _COSTLY_SCATTER = {"gloo"}
+
+
+def device_code(device: str) -> int:
+    """A record's device code (record/op_record.h DeviceType): cpu 0, cuda 1, any other 2
+    (the record's device name says which)."""
+    return {"cpu": 0, "cuda": 1}.get(device, 2)
 
 
 def cheap_scatter(backend: str) -> bool:
@@ -210,7 +216,8 @@ def make_island_group(topo: Topology, rank: int, store: Any, timeout: timedelta,
 
     code = _INSTRUMENTED.get(island.backend, _VENDOR_CODE)
     ext = _core.ExternalComm(comm_id_for(f"island:{group_id}:{island.name}"), members, rank_in_island, code,
-                             1 if island.device == "cuda" else 0, f"{island.backend}:island:{island.name}")
+                             device_code(island.device), f"{island.backend}:island:{island.name}",
+                             device_name=island.device, library=island.backend)
     return TorchIslandGroup(_instrumented(inner, ext, island.backend), rank_in_island, n)
 
 

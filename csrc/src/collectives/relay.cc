@@ -191,37 +191,30 @@ void relay(Communicator& c, const OpArgs& a) {
   st.pipeline.store(r.pipeline, std::memory_order_relaxed);
   st.chunk_bytes.store(r.chunk_bytes, std::memory_order_relaxed);
   st.slots.store(r.slots, std::memory_order_relaxed);
+  st.device_type.store(r.device_type, std::memory_order_relaxed);
+  st.device_index.store(r.device, std::memory_order_relaxed);
   checkLinks(c, r, peersOf(r));
-  StagedPath* path = r.stage == RelayStage::kNone ? nullptr : &st.path(r.stage, r.device);
-  if (path) {
-    path->in->activate();  // both lanes share the device
-    if (r.cuda_stream) {  // sources are written, and destinations may still be read, on the caller's stream
-      path->in->orderAfter(r.cuda_stream);
-      path->out->orderAfter(r.cuda_stream);
-    }
+  StagedPath* path = r.stage == RelayStage::kNone ? nullptr : &st.path(r);
+  // Sources are written, and destinations may still be read, on the caller's stream.
+  void* callerStream = r.stage == RelayStage::kCuda   ? r.cuda_stream
+                       : r.stage == RelayStage::kDevice && r.order_after_stream
+                           ? reinterpret_cast<void*>(intptr_t(r.device_stream))
+                           : nullptr;
+  if (path && (callerStream || (r.stage == RelayStage::kDevice && r.order_after_stream))) {
+    path->in->orderAfter(callerStream);
+    path->out->orderAfter(callerStream);
   }
   int64_t in0 = path ? path->in->busyNs() : 0, out0 = path ? path->out->busyNs() : 0;
   try {
     if (r.pipeline) {
       RelayPipeline p(r, st, path);
-      try {
-        c.exchangeFed(p);
-      } catch (...) {
-        p.drain();
-        throw;
-      }
+      c.exchangeFed(p);
       r.phases.wire_ns = p.wireNs();
     } else {
       relayUnpipelined(c, r, st, path);
     }
   } catch (...) {
-    if (path) {  // no copy may touch the caller's buffers after the op returned
-      try {
-        path->in->drain();
-        path->out->drain();
-      } catch (...) {
-      }
-    }
+    if (path) drainAfterFailure(*path);
     throw;
   }
   if (path) {

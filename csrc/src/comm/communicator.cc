@@ -271,6 +271,12 @@ void Communicator::execute(const OpArgs& a, int64_t enqueueNs, int64_t start) {
   rec.algorithm = uint8_t(chooseAlgorithm(*this, a));
   rec.backend = uint8_t(Backend::kNative);
   rec.device_type = uint8_t(DeviceType::kCpu);
+  if (a.op == OpKind::kRelay && a.relay->stage == RelayStage::kCuda) {
+    rec.device_type = uint8_t(DeviceType::kCuda);
+  } else if (a.op == OpKind::kRelay && a.relay->stage == RelayStage::kDevice) {
+    rec.device_type = uint8_t(DeviceType::kOther);
+    setName(rec.device, deviceTypeNameOf(a.relay->device_type).c_str());
+  }
   rec.t_start_ns = start;
   Recorder& recorder = Recorder::instance();
   uint64_t rid = recorder.begin(rec);

@@ -29,7 +29,13 @@ void Communicator::writeRelayState(JsonWriter& w) const {
   const RelayState* st = relayLive_.load(std::memory_order_acquire);
   if (!st) return;
   w.key("relay").beginObject();
-  w.field("stage", relayStageName(RelayStage(st->stage.load(std::memory_order_relaxed))));
+  auto stage = RelayStage(st->stage.load(std::memory_order_relaxed));
+  w.field("stage", relayStageName(stage));
+  if (stage == RelayStage::kDevice || stage == RelayStage::kCuda) {
+    int type = st->device_type.load(std::memory_order_relaxed);
+    w.field("device", stage == RelayStage::kCuda ? std::string("cuda") : deviceTypeNameOf(type));
+    w.field("device_index", st->device_index.load(std::memory_order_relaxed));
+  }
   w.field("pipeline", st->pipeline.load(std::memory_order_relaxed));
   w.field("chunk_bytes", st->chunk_bytes.load(std::memory_order_relaxed));
   w.field("slots", st->slots.load(std::memory_order_relaxed));

@@ -47,7 +47,8 @@ void writeEntry(JsonWriter& w, const OpRecord& r) {
   if (p2p) w.field("peer", r.root_or_peer);
   else w.nullField("peer");
   w.field("state", opStateName(OpState(r.state))).field("algorithm", algorithmName(Algorithm(r.algorithm)));
-  w.field("backend", backendName(Backend(r.backend))).field("device_type", deviceTypeName(DeviceType(r.device_type)));
+  w.field("backend", backendName(Backend(r.backend))).field("device_type", std::string(recordDevice(r)));
+  if (r.library[0]) w.field("library", std::string(r.library));
   w.field("comm_size", r.comm_size).field("comm_rank", r.comm_rank);
   w.field("time_created_ns", monoToWallNs(r.t_enqueue_ns));
   if (r.t_start_ns) w.field("time_discovered_started_ns", monoToWallNs(r.t_start_ns));

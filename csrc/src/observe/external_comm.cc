@@ -18,10 +18,12 @@ void add(uint64_t* p, uint64_t v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); 
 }  // namespace
 
 ExternalComm::ExternalComm(uint64_t id, std::vector<int> globalRanks, int rank, Backend backend, DeviceType device,
-                           std::string name, std::string island)
+                           std::string name, std::string island, std::string deviceName, std::string library)
     : global_(std::move(globalRanks)), id_(id), rank_(rank), backend_(backend), device_(device),
       name_(std::move(name)) {
-  strncpy(island_, island.c_str(), sizeof island_ - 1);
+  setName(island_, island.c_str());
+  setName(deviceName_, deviceName.empty() ? deviceTypeName(device) : deviceName.c_str());
+  setName(library_, library.c_str());
 }
 
 void ExternalComm::setGlobalRanks(std::vector<int> ranks) {
@@ -33,7 +35,11 @@ void ExternalComm::attach() {
   if (Runtime* rt = Runtime::get()) {
     header_ = rt->stats().header();
     // A rank is in one island: the first island communicator names it for readers of the segment.
-    if (island_[0] && !header_->island[0]) memcpy(header_->island, island_, sizeof island_);
+    if (island_[0] && !header_->island[0]) {
+      memcpy(header_->island_device, deviceName_, sizeof deviceName_);
+      memcpy(header_->island_library, library_, sizeof library_);
+      memcpy(header_->island, island_, sizeof island_);  // last: a reader that sees the island sees the rest
+    }
     rt->registerComm(shared_from_this());
   }
 }
@@ -84,6 +90,8 @@ uint64_t ExternalComm::begin(const ExternalOp& o) {
   rec.backend = uint8_t(backend_);
   rec.device_type = uint8_t(device_);
   memcpy(rec.island, island_, sizeof island_);
+  memcpy(rec.device, deviceName_, sizeof deviceName_);
+  memcpy(rec.library, library_, sizeof library_);
   uint64_t rid = Recorder::instance().begin(rec);
   if (cstats_) {
     __atomic_store_n(p2p ? &cstats_->p2p_seq : &cstats_->coll_seq, p2p ? rec.p2p_seq : rec.coll_seq,

@@ -24,7 +24,11 @@ const char* backendName(Backend b) {
   static const char* kNames[] = {"native", "gloo", "nccl", "mpi", "islands", "vendor"};
   return uint8_t(b) < 6 ? kNames[uint8_t(b)] : "invalid";
 }
-const char* deviceTypeName(DeviceType d) { return d == DeviceType::kCuda ? "cuda" : "cpu"; }
+const char* deviceTypeName(DeviceType d) {
+  return d == DeviceType::kCuda ? "cuda" : d == DeviceType::kOther ? "other" : "cpu";
+}
+
+const char* recordDevice(const OpRecord& r) { return r.device[0] ? r.device : deviceTypeName(DeviceType(r.device_type)); }
 
 namespace {
 const char* const kPhaseNames[kIslandPhases] = {"none", "vendor", "relay", "d2h", "wire", "h2d"};

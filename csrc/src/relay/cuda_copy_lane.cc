@@ -92,15 +92,36 @@ const CudaApi& cudaApi() {
   return *api;
 }
 
+// Makes the lane's device current for one call and gives the caller's back (a device
+// guard): the relay may run on the caller's thread, whose current device is its own.
+class DeviceScope {
+ public:
+  DeviceScope(const CudaApi& rt, int device) : rt_(rt) {
+    if (device < 0 || rt_.getDevice(&prev_) != kSuccess || prev_ == device) return;
+    switched_ = rt_.setDevice(device) == kSuccess;
+  }
+  ~DeviceScope() {
+    if (switched_) rt_.setDevice(prev_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  const CudaApi& rt_;
+  int prev_ = -1;
+  bool switched_ = false;
+};
+
 class CudaCopyLane final : public CopyLane {
  public:
   explicit CudaCopyLane(int device) : rt_(cudaApi()), device_(device) {
-    activate();
+    DeviceScope on(rt_, device_);
     check(rt_.streamCreateWithFlags(&stream_, kStreamNonBlocking), "cudaStreamCreateWithFlags");
     for (auto& e : events_) check(rt_.eventCreateWithFlags(&e, kEventDisableTiming), "cudaEventCreateWithFlags");
     check(rt_.eventCreateWithFlags(&after_, kEventDisableTiming), "cudaEventCreateWithFlags");
   }
   ~CudaCopyLane() override {
+    DeviceScope on(rt_, device_);
     try {
       drain();
     } catch (...) {
@@ -111,16 +132,13 @@ class CudaCopyLane final : public CopyLane {
     if (stream_) rt_.streamDestroy(stream_);
   }
 
-  void activate() override {
-    if (device_ < 0) return;
-    int cur = -1;
-    if (rt_.getDevice(&cur) != kSuccess || cur != device_) check(rt_.setDevice(device_), "cudaSetDevice");
-  }
   void orderAfter(void* stream) override {
+    DeviceScope on(rt_, device_);
     check(rt_.eventRecord(after_, stream), "cudaEventRecord");
     check(rt_.streamWaitEvent(stream_, after_, 0), "cudaStreamWaitEvent");  // a device-side wait
   }
   uint64_t post(void* dst, const void* src, size_t n) override {
+    DeviceScope on(rt_, device_);
     uint64_t t = posted_ + 1;
     if (t - done_ > kEvents) {
       check(rt_.eventSynchronize(events_[(t - kEvents) % kEvents]), "cudaEventSynchronize");
@@ -133,6 +151,8 @@ class CudaCopyLane final : public CopyLane {
     return t;
   }
   uint64_t completed() override {
+    if (done_ == posted_) return done_;
+    DeviceScope on(rt_, device_);
     while (done_ < posted_) {
       cudaError_t rc = rt_.eventQuery(events_[(done_ + 1) % kEvents]);
       if (rc == kNotReady) break;
@@ -147,11 +167,13 @@ class CudaCopyLane final : public CopyLane {
   }
   void drain() override {
     if (posted_ == done_) return;
+    DeviceScope on(rt_, device_);
     check(rt_.streamSynchronize(stream_), "cudaStreamSynchronize");  // our stream only
     completed();
   }
   int64_t busyNs() override { return busy_; }
   uint8_t* allocStaging(size_t bytes) override {
+    DeviceScope on(rt_, device_);
     void* p = nullptr;
     check(rt_.hostAlloc(&p, bytes ? bytes : 1, 0), "cudaHostAlloc");  // pinned: DMA-able, async copies
     return static_cast<uint8_t*>(p);

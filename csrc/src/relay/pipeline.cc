@@ -222,10 +222,4 @@ void RelayPipeline::waitCopies(uint32_t seen, int64_t timeoutNs) {
   state_.bell().wait(seen, std::min<int64_t>(timeoutNs, 1000000));  // host lanes ring it after every copy
 }
 
-void RelayPipeline::drain() {
-  if (!path_) return;
-  path_->in->drain();
-  path_->out->drain();
-}
-
 }  // namespace hetobs

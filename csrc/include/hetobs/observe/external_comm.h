@@ -30,8 +30,11 @@ class ExternalComm : public Observed, public std::enable_shared_from_this<Extern
 
   // `island`: the rank's island for hierarchical ops ("" for a plain vendor communicator);
   // cut to kIslandNameBytes - 1 bytes.
+  // `deviceName`: the device type by name when `device` is kOther (npu, standin, ...);
+  // `library`: the collective library (for a hierarchical op, the one inside the island).
+  // Both go into every record; cut to 15 bytes.
   ExternalComm(uint64_t id, std::vector<int> globalRanks, int rank, Backend backend, DeviceType device,
-               std::string name, std::string island = "");
+               std::string name, std::string island = "", std::string deviceName = "", std::string library = "");
   // Take a stats slot and join the watchdog's registry (call once, after construction).
   void attach();
 
@@ -83,6 +86,8 @@ class ExternalComm : public Observed, public std::enable_shared_from_this<Extern
   DeviceType device_;
   std::string name_;
   char island_[kIslandNameBytes] = {};
+  char deviceName_[kDeviceNameBytes] = {};
+  char library_[kLibraryNameBytes] = {};
   stats::StatsHeader* header_ = nullptr;  // the rank's segment header (island totals), if there is a runtime
   std::atomic<uint64_t> collSeq_{0}, p2pSeq_{0};
   std::atomic<uint32_t> watched_{0};  // slots in use: end() need not scan the table to know

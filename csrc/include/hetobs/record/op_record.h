@@ -16,7 +16,9 @@ enum class Algorithm : uint8_t { kNone = 0, kRing = 1, kDirect = 2, kChain = 3, 
 // kVendor: another library's collectives (an island's HCCL, XCCL, ... through its torch
 // plugin); the communicator's name says which ("hccl:island:b").
 enum class Backend : uint8_t { kNative = 0, kGloo = 1, kNccl = 2, kMpi = 3, kIslands = 4, kVendor = 5 };
-enum class DeviceType : uint8_t { kCpu = 0, kCuda = 1 };
+// kOther: a device outside torch's tree or any other accelerator (npu, xpu, a stand-in):
+// the record's `device` names it.
+enum class DeviceType : uint8_t { kCpu = 0, kCuda = 1, kOther = 2 };
 // Which part of a hierarchical op is running now (an in-flight op's "phase" in dumps).
 enum class IslandPhase : uint8_t { kNone = 0, kVendor = 1, kRelay = 2, kD2H = 3, kWire = 4, kH2D = 5 };
 constexpr int kIslandPhases = 6;
@@ -25,11 +27,16 @@ const char* opStateName(OpState s);
 const char* algorithmName(Algorithm a);
 const char* backendName(Backend b);
 const char* deviceTypeName(DeviceType d);
+struct OpRecord;
+// The device type a record names: its `device` field, else its code's name.
+const char* recordDevice(const OpRecord& r);
 const char* islandPhaseName(IslandPhase p);
 // The phase called `name` ("vendor", "relay", "d2h", "wire", "h2d", "none"); false if none is.
 bool islandPhaseFromName(const char* name, IslandPhase* out);
 
 constexpr size_t kIslandNameBytes = 16;  // NUL included: island names are short (cuda, npu, a site name)
+constexpr size_t kDeviceNameBytes = 16;  // a torch device type name (cpu, cuda, npu, standin), NUL included
+constexpr size_t kLibraryNameBytes = 16; // a collective library's name (gloo, nccl, hccl, sccl, hetobs)
 
 // Busy time of each phase of one hierarchical op. The relay is pipelined chunk by chunk,
 // so d2h, wire and h2d overlap: each is the time that phase was busy, not a wall interval.
@@ -71,7 +78,20 @@ struct OpRecord {
   char error[96];          // first bytes of the error, if failed
   char island[kIslandNameBytes];  // the rank's island for a hierarchical op; "" for any other op
   IslandPhases phases;     // hierarchical ops: filled when the op ends (zero before, and for other ops)
+  // Appended in stats layout 4: the device type of the op's buffers by name (torch's name,
+  // "standin" or "npu" as well as "cpu"), and the collective library that ran it (for a
+  // hierarchical op: the library inside the rank's island). "" where not known.
+  char device[kDeviceNameBytes];
+  char library[kLibraryNameBytes];
 };
+
+// Copy a name into a fixed record field (cut, NUL-terminated).
+template <size_t N>
+void setName(char (&field)[N], const char* name) {
+  size_t i = 0;
+  for (; name && name[i] && i + 1 < N; ++i) field[i] = name[i];
+  for (; i < N; ++i) field[i] = 0;
+}
 
 // nccl-tests bus bandwidth factor for an op over n ranks.
 double busBwFactor(uint8_t op, int n);

@@ -3,13 +3,15 @@
 // Copies run in the order posted and complete in that order; the op thread polls for
 // completion and never blocks on a copy unless it has nothing else to do.
 //
-// Two kinds: host memcpy on a copy thread (kHost: exercises and measures the pipeline
-// without a device), and cudaMemcpyAsync on a non-blocking stream with an event per
-// copy (kCuda). Both are made once per communicator and reused by every relay.
+// Three kinds: host memcpy on a copy thread (kHost: exercises and measures the pipeline
+// without a device), cudaMemcpyAsync on a non-blocking stream with an event per copy
+// (kCuda: the CUDA fast path, no torch involved), and any torch device through torch's
+// device-generic API (kDevice). All are made once per communicator and reused by every relay.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "hetobs/relay/relay.h"
 
@@ -18,10 +20,10 @@ namespace hetobs {
 class CopyLane {
  public:
   virtual ~CopyLane() = default;
-  // Called on the thread about to post copies (kCuda: makes the lane's device current).
-  virtual void activate() {}
   // Make the copies posted from now on wait for the work queued so far on `stream` (the
-  // caller's CUDA stream, which produced the sources), without blocking the host.
+  // caller's stream, which produced the sources: a cudaStream_t for kCuda, a c10 stream id
+  // for kDevice), without blocking the host. Copies never change the calling thread's
+  // current device: lanes switch it for the call and restore it.
   virtual void orderAfter(void* stream) { (void)stream; }
   // Queue a copy; returns its ticket (1, 2, ... over the lane's life). Waits for room
   // when `capacity()` copies are outstanding.
@@ -43,5 +45,11 @@ class CopyLane {
 std::unique_ptr<CopyLane> makeHostCopyLane(std::function<void()> wake);
 // Throws Error naming what is missing when no usable CUDA runtime can be loaded.
 std::unique_ptr<CopyLane> makeCudaCopyLane(int device);
+// Any torch device type, through the hooks hetobs._torch_ext registers (device_lane_hooks.h);
+// throws Error when they are not registered. `wake` runs after each copy completes.
+std::unique_ptr<CopyLane> makeDeviceCopyLane(int deviceType, int deviceIndex, bool toDevice,
+                                             std::function<void()> wake);
+// torch's name of a device type code ("npu", "standin", ...), through the same hooks.
+std::string deviceTypeNameOf(int deviceType);
 
 }  // namespace hetobs

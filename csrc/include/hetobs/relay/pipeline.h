@@ -40,8 +40,6 @@ class RelayPipeline final : public ExchangeFeed {
   void waitCopies(uint32_t seen, int64_t timeoutNs) override;
 
   int64_t wireNs() const { return wireNs_; }
-  // After a failure: wait for the copies already posted (none may write after the op ends).
-  void drain();
 
  private:
   bool admitSends();

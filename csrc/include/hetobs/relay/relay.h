@@ -20,6 +20,10 @@ enum class RelayStage : uint8_t {
   kNone = 0,  // host memory on the wire directly (no copies)
   kHost = 1,  // host memory, copied through host staging slots by copy threads (measures the pipeline)
   kCuda = 2,  // device pointers: cudaMemcpyAsync into pinned staging on a copy stream per direction
+  // Device pointers of any torch device type (npu, xpu, a PrivateUse1 device, cuda too):
+  // copies through torch's device-generic API on a stream of the relay's own, into the
+  // device's pinned staging (relay/device_lane_hooks.h; hetobs._torch_ext provides it).
+  kDevice = 3,
 };
 const char* relayStageName(RelayStage s);
 
@@ -46,8 +50,11 @@ struct RelayRequest {
   bool pipeline = true;
   size_t chunk_bytes = 4 << 20;
   size_t slots = 16;
-  int device = -1;  // kCuda: the device made current on the thread that runs the op
+  int device = -1;  // kCuda, kDevice: the device index the buffers live on
   void* cuda_stream = nullptr;  // kCuda: the caller's stream; the relay's copies start after its work
+  int device_type = -1;         // kDevice: torch's DeviceType code (c10::DeviceType)
+  int64_t device_stream = 0;    // kDevice: the caller's stream id (c10::StreamId), waited for on the device
+  bool order_after_stream = false;  // kDevice: whether device_stream is set
   RelayPhases phases;
 };
 

@@ -1,6 +1,6 @@
 #pragma once
 // What a communicator keeps for its relay ops: a copy lane per direction and staging
-// buffers for each staged kind (host, cuda), made on first use and reused by every
+// buffers for each staged kind (host, cuda, device), made on first use and reused by every
 // relay after (no allocation per chunk or per op once sizes are steady), and the
 // per-peer stage counters that dumps show.
 #include <atomic>
@@ -37,14 +37,19 @@ struct StagedPath {
   }
 };
 
+// After a failed relay: wait for both directions' copies, each on its own, so no copy
+// touches the caller's buffers after the op returned even when one lane fails to drain.
+void drainAfterFailure(StagedPath& path);
+
 class RelayState {
  public:
   // `wake` runs on a copy thread after each copy (rings the op thread's doorbell too).
   RelayState(int commSize, std::function<void()> wake);
   ~RelayState();
 
-  // The copy lanes and staging of `stage` (kHost or kCuda), made on first use.
-  StagedPath& path(RelayStage stage, int device);
+  // The copy lanes and staging of the request's stage (kHost, kCuda or kDevice) and
+  // device, made on first use (a relay on another device than the last one's makes new ones).
+  StagedPath& path(const RelayRequest& r);
   std::vector<RelayPeerCounters>& peers() { return peers_; }
   const std::vector<RelayPeerCounters>& peers() const { return peers_; }
   Doorbell& bell() { return bell_; }  // rung after every host copy
@@ -53,13 +58,16 @@ class RelayState {
   std::atomic<uint8_t> stage{0};
   std::atomic<bool> pipeline{true};
   std::atomic<uint64_t> chunk_bytes{0}, slots{0};
+  // kDevice: torch's device type code and index of the running relay's buffers (dumps name them).
+  std::atomic<int> device_type{-1}, device_index{-1};
 
  private:
   std::function<void()> wake_;
   std::vector<RelayPeerCounters> peers_;
   Doorbell bell_;
-  std::unique_ptr<StagedPath> host_, cuda_;
-  int cudaDevice_ = -1;
+  std::unique_ptr<StagedPath> host_, device_;
+  RelayStage deviceStage_ = RelayStage::kNone;
+  int deviceType_ = -1, deviceIndex_ = -1;
 };
 
 }  // namespace hetobs

@@ -4,11 +4,12 @@
 // `hetobs top`, a diagnosis of a hung job) maps it read-only and reads it while the
 // rank runs, hangs or is stopped. hetobs/stats.py reads the same layout.
 //
-// Layout version 3 (all little-endian, offsets in the header). Version 2 added the
+// Layout version 4 (all little-endian, offsets in the header). Version 2 added the
 // header's island fields and, per OpRecord, `island` and `phases`; version 3 a CommStats
 // slot per OpKind including kRelay (host relays of island ops were counted nowhere), so
-// comm_bytes grew and nothing else moved: hetobs/stats.py reads 2 (without relay counts)
-// and 3, and refuses any other version (the record ring's stride and fields change).
+// comm_bytes grew and nothing else moved; version 4 appends `device` and `library` to each
+// OpRecord (record_bytes grew) and the island's device and library to the header. hetobs/stats.py reads 2, 3 and 4, and refuses any other
+// version (the record ring's stride and fields change).
 //   [StatsHeader, 4096 B]
 //   [CommStats x comm_capacity]     one per communicator, fixed capacity
 //   [LinkStats x link_capacity]     one per (communicator, peer)
@@ -31,7 +32,7 @@ namespace hetobs {
 namespace stats {
 
 constexpr char kMagic[8] = {'H', 'T', 'B', 'S', 'T', 'A', 'T', 'S'};
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;
 constexpr uint32_t kHeaderBytes = 4096;
 constexpr uint32_t kOpKinds = uint32_t(OpKind::kCount);  // every kind, relay included
 constexpr uint32_t kLatencyBuckets = 24;  // bucket b counts ops with duration < 2^b microseconds (last: the rest)
@@ -69,6 +70,9 @@ struct StatsHeader {
   std::atomic<uint64_t> island_vendor_ns, island_d2h_ns, island_wire_ns, island_h2d_ns;
   std::atomic<uint64_t> island_chunks;
   std::atomic<uint64_t> island_ops;
+  // Appended in version 4, written with `island`: the island's device type and library by name.
+  char island_device[kDeviceNameBytes];
+  char island_library[kLibraryNameBytes];
 };
 static_assert(sizeof(StatsHeader) <= kHeaderBytes, "stats header fits its page");
 
