@@ -47,7 +47,7 @@ def native_wrapper() -> Any:
         from .. import _torch_ext
     except ImportError as e:  # built without torch (HETOBS_TORCH_EXT=OFF), or cannot load
         log.warning("hetobs._torch_ext is not available (%s): torch wrappers run in Python (a few to ~25 us "
-                    "more per small op); see the README's \"torch\" section to build it", e)
+                    "more per small op); docs/torch.md says how the wheel builds it", e)
         return None
     # The release, not the local tag: the wheel's wrapper is built against the CPU wheel of
     # torch 2.13.0 ("2.13.0+cpu") and serves its CUDA build ("2.13.0", "2.13.0+cu128") alike
