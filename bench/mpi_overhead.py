@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""Time added per call by libhetobs_mpi.so: an MPI_Allreduce loop with and without the preload.
+"""Time added by libhetobs_mpi.so, with and without the preload, in one of two programs:
 
-Runs bench/mpi_overhead_loop.c (compiled here with mpicc) under `mpirun`, alternating
-plain and preloaded runs (the order flips every round) so drift in machine load hits
-both alike, and reports medians of ns per call and of the paired differences. One rank
-(`-np 1`) isolates the interposer's own cost; more ranks add MPI's wake-ups and, when
-ranks outnumber cores, scheduler noise (shown as the spread of the plain runs).
+- `--program allreduce` (default): bench/mpi_overhead_loop.c, an MPI_Allreduce loop: the
+  time added per call. One rank (`-np 1`) isolates the interposer's own cost; more ranks
+  add MPI's wake-ups and, when ranks outnumber cores, scheduler noise (the spread column).
+- `--program stencil`: bench/mpi_stencil.c, a real MPI program (Jacobi iterations of the
+  2-D heat equation, rows split across ranks: halo exchange with Isend/Irecv/Waitall and a
+  residual MPI_Allreduce per iteration): the time added per iteration, and as a fraction.
 
-    python bench/mpi_overhead.py                    # 4, 2 and 1 ranks; 8 B and 64 KiB
+Each is compiled here with mpicc and run under `mpirun`, alternating plain and preloaded
+runs (the order flips every round) so drift in machine load hits both alike; medians of the
+runs and of the paired differences.
+
+    python bench/mpi_overhead.py                    # allreduce: 4, 2 and 1 ranks; 8 B and 64 KiB
     python bench/mpi_overhead.py --np 4,2 --rounds 9 --bytes 8,65536,1048576
+    python bench/mpi_overhead.py --program stencil --np 2,4 --rounds 9
 
 Prints a markdown table (and the command line) on stdout.
 """
@@ -26,16 +32,17 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-LOOP = HERE / "mpi_overhead_loop.c"
+PROGRAMS = {"allreduce": HERE / "mpi_overhead_loop.c", "stencil": HERE / "mpi_stencil.c"}
 
 
-def run_loop(exe: Path, np: int, nbytes: int, iters: int, preload: str | None, workdir: Path) -> float:
+def run_loop(exe: Path, np: int, args: list[int], preload: str | None, workdir: Path) -> float:
+    """ns per call (allreduce) or per iteration (stencil) the program reports, slowest rank."""
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(np)]
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     if preload:
         cmd += ["-x", f"LD_PRELOAD={preload}", "-x", f"HETOBS_DIR={workdir / 'hetobs'}",
                 "-x", "HETOBS_JOB_ID=bench-mpi-overhead"]
-    cmd += [str(exe), str(nbytes), str(iters), str(max(100, iters // 10))]
+    cmd += [str(exe), *map(str, args)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
     if p.returncode != 0:
         raise SystemExit(f"mpirun failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}{p.stderr}")
@@ -52,8 +59,11 @@ def median_abs_dev(xs: list[float]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--np", default="4,2,1", help="rank counts, comma-separated (default 4,2,1)")
-    ap.add_argument("--bytes", default="8,65536", help="payload sizes in bytes (default 8,65536)")
+    ap.add_argument("--program", choices=tuple(PROGRAMS), default="allreduce", help="what runs (default allreduce)")
+    ap.add_argument("--np", default=None, help="rank counts, comma-separated (default 4,2,1; stencil 2,4)")
+    ap.add_argument("--bytes", default="8,65536", help="allreduce: payload sizes in bytes (default 8,65536)")
+    ap.add_argument("--rows", type=int, default=256, help="stencil: grid rows per rank (default 256)")
+    ap.add_argument("--cols", type=int, default=2048, help="stencil: grid columns (default 2048)")
     ap.add_argument("--rounds", type=int, default=7, help="plain/preloaded pairs per configuration (default 7)")
     ap.add_argument("--seconds", type=float, default=0.3, help="target length of one timed loop (default 0.3)")
     ap.add_argument("--lib", default=None, help="the interposer (default: hetobs.preload.library_path('mpi'))")
@@ -66,29 +76,37 @@ def main(argv: list[str] | None = None) -> int:
         from hetobs.preload import library_path
 
         lib = library_path("mpi")
-    nps = [int(x) for x in args.np.split(",") if x]
-    sizes = [int(x) for x in args.bytes.split(",") if x]
+    stencil = args.program == "stencil"
+    nps = [int(x) for x in (args.np or ("2,4" if stencil else "4,2,1")).split(",") if x]
+    sizes = [args.rows] if stencil else [int(x) for x in args.bytes.split(",") if x]
     rows = []
     with tempfile.TemporaryDirectory(prefix="hetobs-mpi-bench-") as tmp:
         work = Path(tmp)
-        exe = work / "loop"
-        subprocess.run(["mpicc", "-O2", "-o", str(exe), str(LOOP)], check=True)
+        exe = work / args.program
+        subprocess.run(["mpicc", "-O2", "-o", str(exe), str(PROGRAMS[args.program])], check=True)
+
+        def argv_for(size: int, iters: int) -> list[int]:
+            if stencil:
+                return [size, iters, max(5, iters // 10), args.cols]
+            return [size, iters, max(100, iters // 10)]
+
         for np in nps:
-            for nbytes in sizes:
-                probe = run_loop(exe, np, nbytes, 2000, None, work)
-                iters = int(min(2_000_000, max(1000, args.seconds * 1e9 / max(probe, 1.0))))
+            for size in sizes:
+                probe = run_loop(exe, np, argv_for(size, 20 if stencil else 2000), None, work)
+                cap = 100_000 if stencil else 2_000_000
+                iters = int(min(cap, max(20 if stencil else 1000, args.seconds * 1e9 / max(probe, 1.0))))
                 plain: list[float] = []
                 pre: list[float] = []
                 for i in range(args.rounds):
                     order = (None, lib) if i % 2 == 0 else (lib, None)
                     for which in order:
-                        t = run_loop(exe, np, nbytes, iters, which, work)
+                        t = run_loop(exe, np, argv_for(size, iters), which, work)
                         (pre if which else plain).append(t)
-                    print(f"  np {np} {nbytes} B round {i + 1}: plain {plain[-1]:.1f} ns, preload {pre[-1]:.1f} ns",
+                    print(f"  np {np} {size} round {i + 1}: plain {plain[-1]:.1f} ns, preload {pre[-1]:.1f} ns",
                           file=sys.stderr)
                 diffs = [b - a for a, b in zip(plain, pre)]
                 mp = statistics.median(plain)
-                rows.append((np, nbytes, iters, mp, statistics.median(pre), statistics.median(diffs),
+                rows.append((np, size, iters, mp, statistics.median(pre), statistics.median(diffs),
                              median_abs_dev(plain)))
     cmd = " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).as_posix() if argv is None else "mpi_overhead.py",
                                              *(sys.argv[1:] if argv is None else argv)])
@@ -96,6 +114,16 @@ def main(argv: list[str] | None = None) -> int:
                                     check=False).stdout.splitlines()[0]
     print(f"`python {cmd}` — {mpirun_version}, {os.cpu_count()} CPUs, load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}, {args.rounds} interleaved pairs per row, medians\n")
+    if stencil:
+        print(f"Stencil: {args.cols} columns, rows per rank as given; per iteration a halo exchange "
+              "(2 Isend, 2 Irecv, 1 Waitall) and a residual MPI_Allreduce of 8 B.\n")
+        print("| ranks | rows/rank | iterations/run | plain ms/iter | preloaded ms/iter "
+              "| added ms/iter (median of pairs) | added | plain spread (MAD, ms) |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for np, size, iters, mp, mq, md, mad in rows:
+            print(f"| {np} | {size} | {iters} | {mp / 1e6:.3f} | {mq / 1e6:.3f} | {md / 1e6:+.4f} "
+                  f"| {md / mp:+.2%} | {mad / 1e6:.3f} |")
+        return 0
     print("| ranks | bytes | calls/run | plain ns/call | preloaded ns/call | added ns/call (median of pairs) "
           "| plain spread (MAD) |")
     print("|---:|---:|---:|---:|---:|---:|---:|")

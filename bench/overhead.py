@@ -6,7 +6,7 @@
         show it beside a real op.
     .venv/bin/python bench/overhead.py torch-wrapper [--rounds 9] [--ops 5000]
         torch.distributed all_reduce over "hetobs_gloo" vs plain "gloo" (1 rank 8 B: the
-        wrapper alone; 2 ranks 8 B and 64 KiB): records, stats and watchdog visibility.
+        wrapper alone; 2 and 4 ranks, 8 B and 1 MiB): records, stats and watchdog visibility.
         "hetobs_gloo" runs as hetobs._torch_ext (C++); the Python fallback
         (HETOBS_TORCH_NATIVE=0) is timed in the same rounds for comparison.
 
@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 import uuid
+
+MiB = 1 << 20
 
 
 def _worker(what: str, variant: str, ops: int, nbytes: int) -> None:
@@ -114,8 +116,10 @@ def main() -> None:
               "| Python fallback (us/op) | added (us/op) | rounds |")
         print("|---|---|---|---|---|---|---|---|")
         # One rank isolates the wrapper's own cost (Gloo still runs its op on its worker thread).
-        for world, nbytes in ((1, 8),) if a.only_one_rank else ((1, 8), (2, 8), (2, 65536)):
-            base, obs, py = _compare("torch", ("gloo", "hetobs_gloo", "hetobs_gloo_py"), world, ops, nbytes,
+        rows = ((1, 8),) if a.only_one_rank else ((1, 8), (2, 8), (2, MiB), (4, 8), (4, MiB))
+        for world, nbytes in rows:
+            n = ops if nbytes < MiB else max(100, ops // 20)  # a 1 MiB op is ~50x an 8 B one here
+            base, obs, py = _compare("torch", ("gloo", "hetobs_gloo", "hetobs_gloo_py"), world, n, nbytes,
                                      a.rounds)
             print(f"| {world} | {nbytes} | {base / 1e3:.2f} | {obs / 1e3:.2f} | {(obs - base) / 1e3:+.2f} "
                   f"| {py / 1e3:.2f} | {(py - base) / 1e3:+.2f} | {a.rounds} |", flush=True)

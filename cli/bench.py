@@ -25,6 +25,7 @@ from hetobs.bench import (
     DTYPES,
     OPS,
     BenchConfig,
+    BenchError,
     BenchResult,
     Progress,
     backend_unavailable,
@@ -34,6 +35,7 @@ from hetobs.bench import (
     run_bench,
 )
 
+from hetobs.bench.overhead import OverheadResult
 from hetobs.bench.relay import RelayBenchResult
 
 from ._exit_codes import ExitCode
@@ -172,7 +174,8 @@ def bench(
                                                                       "backend is declared failed.")] = 120.0,
 ) -> None:
     """Measure collectives on hetobs-shm, hetobs-tcp, Gloo and Open MPI (mpi4py), interleaved in one run.
-    `hetobs bench relay`: the pipelined host relay (see its --help)."""
+    `hetobs bench relay`: the pipelined host relay; `hetobs bench overhead`: the cost of watching a DDP
+    training step (see their --help)."""
     if ctx.invoked_subcommand is not None:
         return
     err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -313,6 +316,71 @@ def relay(
         say.json(result.to_dicts())
     else:
         render_relay(result, Console(file=sys.stdout, width=200, highlight=False, soft_wrap=False))
+    raise typer.Exit(int(ExitCode.OK))
+
+
+def render_overhead(result: "OverheadResult", out: Console) -> None:
+    cfg = result.config
+    loads = " -> ".join(f"{a:.2f}" for a, _, _ in result.loadavg)
+    out.print(f"# hetobs bench overhead: DDP step of an MLP (Linear 1024-2048-2048-1, {result.params / 1e6:.1f} M "
+              f"parameters, batch 32, 1 torch thread), {cfg.steps} steps per batch, {cfg.rounds} interleaved rounds, "
+              f"{os.cpu_count() or 0} cores, load average {loads}", highlight=False)
+    out.print("# step = median over rounds of the slowest rank's median step; CPU = all threads of all ranks "
+              "(+ the exporter's process when scraped) per step; overheads against gloo in the same rounds",
+              highlight=False)
+    t = Table(show_edge=False, pad_edge=False)
+    for name in ("ranks", "variant", "step (ms)", "overhead", "CPU/step (ms)", "CPU overhead", "scrapes"):
+        t.add_column(name, justify="left" if name == "variant" else "right")
+    for r in result.rows:
+        t.add_row(str(r.ranks), r.variant, f"{r.step_ms:.2f}", "-" if r.overhead is None else f"{r.overhead:+.1%}",
+                  f"{r.cpu_ms:.2f}", "-" if r.cpu_overhead is None else f"{r.cpu_overhead:+.1%}",
+                  str(r.scrapes) if r.variant == "hetobs_gloo_scraped" else "-")
+    out.print(t)
+
+
+@app.command("overhead")
+def overhead(
+    ranks: Annotated[str, typer.Option("--ranks", "-n", help="World sizes, comma-separated.")] = "2,4",
+    variants: Annotated[Optional[str], typer.Option(
+        "--variants", help="Comma-separated, from gloo, hetobs_gloo, hetobs_gloo_py, hetobs_gloo_scraped, hetobs "
+                           "(default: all; gloo is the baseline and always runs).")] = None,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Interleaved rounds.")] = 7,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Timed steps per batch.")] = 30,
+    as_json: Annotated[bool, typer.Option("--json", help="Print plain JSON rows on stdout instead of a table.")]
+    = False,
+    timeout: Annotated[float, typer.Option("--timeout", min=1.0, help="Seconds one batch may take.")] = 300.0,
+) -> None:
+    """The cost of watching: a DDP training step on plain Gloo against hetobs_gloo (C++ wrapper, Python
+    fallback, exporter scraped every second) and the native hetobs backend, interleaved (docs/PERF.md)."""
+    from hetobs.bench.overhead import VARIANTS, OverheadConfig, run_overhead
+
+    say = Output(json_mode=as_json)
+    try:
+        world = tuple(int(x) for x in ranks.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(f"{ranks!r}: expected comma-separated integers, e.g. 2,4",
+                                 param_hint="--ranks") from None
+    names = tuple(dict.fromkeys(["gloo", *(v.strip() for v in (variants or ",".join(VARIANTS)).split(",")
+                                           if v.strip())]))
+    cfg = OverheadConfig(world_sizes=world, variants=names, rounds=rounds, steps=steps, timeout_s=timeout)
+    try:
+        cfg.check()
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    why = backend_unavailable("gloo")  # every variant is a torch job
+    if why is not None:
+        say.error(f"cannot run the overhead benchmark: {why}")
+        raise typer.Exit(int(ExitCode.INTERNAL))
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        result = run_overhead(cfg, progress=lambda msg: err.print(f"[dim]bench: {msg}[/dim]", highlight=False))
+    except BenchError as e:
+        say.error(f"overhead benchmark failed: {e}")
+        raise typer.Exit(int(ExitCode.INTERNAL)) from None
+    if as_json:
+        say.json([r.to_dict() for r in result.rows])
+    else:
+        render_overhead(result, Console(file=sys.stdout, width=200, highlight=False, soft_wrap=False))
     raise typer.Exit(int(ExitCode.OK))
 
 

@@ -57,7 +57,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("HETOBS_DEBUG", "WARN", "Native log level: ERROR, WARN, INFO or DEBUG (to stderr)."),
     Setting("HETOBS_TRACEBACK", "0", "1: `hetobs` commands print the Python traceback with an error."),
     Setting("HETOBS_REBUILD", "0", "1: scripts/setup.sh rebuilds the native core even when nothing changed."),
-    Setting("HETOBS_TORCH_NATIVE", "1", "0: \"hetobs_gloo\", \"hetobs_nccl\" and wrap() run as a Python process group even where hetobs._torch_ext is built (~25 us more per call; for comparison and debugging)."),
+    Setting("HETOBS_TORCH_NATIVE", "1", "0: \"hetobs_gloo\", \"hetobs_nccl\" and wrap() run as a Python process group even where hetobs._torch_ext is built (a few to ~25 us more per small op; for comparison and debugging)."),
     Setting("HETOBS_RELAY_CHUNK_BYTES", "4194304", "Chunk size of the pipelined host relay (Communicator.relay, cross-island transfers): copy-in, wire and copy-out overlap chunk by chunk."),
     Setting("HETOBS_RELAY_SLOTS", "16", "Staging slots per direction of the pipelined host relay (chunks in flight each way; staging = slots x chunk bytes)."),
     Setting("HETOBS_OTEL_SAMPLE", "0.01", "Fraction of collectives exported as OpenTelemetry spans (0..1; chosen per communicator and sequence id, so every rank keeps the same ones)."),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build csrc/tests (hetobs_native_tests: HMAC known answers, recorder ring wrap, communicator
-# close against dumps, reconnect probes, shm single copy, doorbell, shm mail slots and push, relay drain) under ThreadSanitizer and under AddressSanitizer + UBSan, and run it.
+# close against dumps, reconnect probes, shm single copy, doorbell, shm mail slots and push, relay drain, the TSC clock) under ThreadSanitizer and under AddressSanitizer + UBSan, and run it.
 # Any sanitizer report fails the run. No Python needed; scripts/test.sh calls this first.
 #
 #   bash scripts/sanitize.sh                 # both

@@ -197,6 +197,32 @@ def test_cli_bench_gloo_json_and_table() -> None:
     assert "4096" in p.stdout and "memcpy" in p.stdout
 
 
+@needs_torch
+@pytest.mark.slow
+def test_cli_bench_overhead_scraped_and_native_json_and_table(core: Any) -> None:
+    """Every variant the rows name ran as named (the job checks its wrapper) and was watched."""
+    p = _cli("overhead", "--ranks", "2", "--variants", "hetobs_gloo_scraped,hetobs", "--rounds", "2", "--steps",
+             "4", "--json", timeout=600)
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert [(r["variant"], r["ranks"]) for r in rows] == [("gloo", 2), ("hetobs_gloo_scraped", 2), ("hetobs", 2)]
+    for r in rows:
+        assert r["step_ms"] > 0 and r["cpu_ms"] > 0 and len(r["rounds_ms"]) == 2
+        assert (r["overhead"] is None) == (r["variant"] == "gloo")
+    scraped = rows[1]
+    assert scraped["scrapes"] >= 2  # at least one during each of its batches
+    assert scraped["overhead"] == pytest.approx(scraped["step_ms"] / rows[0]["step_ms"] - 1)
+    p = _cli("overhead", "--ranks", "2", "--variants", "hetobs_gloo", "--rounds", "1", "--steps", "2", timeout=600)
+    assert p.returncode == 0, p.stderr
+    for column in ("variant", "step (ms)", "overhead", "CPU/step (ms)", "load average"):
+        assert column in p.stdout
+    assert "hetobs_gloo" in p.stdout
+    bad = _cli("overhead", "--ranks", "2,x")
+    assert bad.returncode == 2 and "--ranks" in bad.stderr
+    bad = _cli("overhead", "--variants", "hetobs_mpi")
+    assert bad.returncode == 2 and "unknown variant" in bad.stderr
+
+
 def test_cli_bench_usage_errors() -> None:
     for args in (["--sizes", "3X"], ["--backends", "nccl"], ["--op", "barrier"], ["--ranks", "0"]):
         p = _cli(*args, timeout=60)

@@ -50,6 +50,54 @@ out["broadcast"] = b.tolist()
 rd = torch.ones(3) * (r + 1)
 dist.reduce(rd, dst=0)
 out["reduce"] = rd.tolist() if r == 0 else None
+# Wrappers and Gloo only (tests/test_torch_backends.py WRAPPER_ONLY; what the native backend
+# supports is issue 29's conformance list). Coalesced ops as FSDP and torch's own tests issue
+# them (_coalescing_manager's fast path), gather, scatter, batched p2p, recv from any source.
+def wrapper_only_ops() -> None:
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    gl = [torch.empty(2) for _ in range(n)] if r == 2 else None
+    dist.gather(torch.ones(2) * r, gl, dst=2)
+    out["gather"] = [x.tolist() for x in gl] if gl is not None else None
+    sc = torch.empty(2)
+    dist.scatter(sc, [torch.ones(2) * (10 + i) for i in range(n)] if r == 3 else None, src=3)
+    out["scatter"] = sc.tolist()
+    outs = [torch.empty(2 * n) for _ in range(2)]
+    with _coalescing_manager():
+        for i, o in enumerate(outs):
+            dist.all_gather_into_tensor(o, torch.full((2,), float(r + i)))
+    out["all_gather_coalesced_fast"] = [o.tolist() for o in outs]
+    outs = [torch.empty(1) for _ in range(2)]
+    with _coalescing_manager(async_ops=True) as cm:
+        for i, o in enumerate(outs):
+            dist.reduce_scatter_tensor(o, torch.arange(n, dtype=torch.float32) + r + i)
+    cm.wait()
+    out["reduce_scatter_coalesced_fast"] = [o.tolist() for o in outs]
+    ts = [torch.ones(2) * (r + 1), torch.ones(3) * (r + 2)]
+    with _coalescing_manager():
+        for t in ts:
+            dist.all_reduce(t)
+    out["all_reduce_coalesced_fast"] = [t.tolist() for t in ts]
+    lists = [[torch.empty(2), torch.empty(1)] for _ in range(n)]
+    dist.all_gather_coalesced(lists, [torch.ones(2) * r, torch.ones(1) * -r])
+    out["all_gather_coalesced"] = [[x.tolist() for x in li] for li in lists]
+    got = torch.empty(2)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((2,), float(r)), (r + 1) % n),
+                                   dist.P2POp(dist.irecv, got, (r - 1) % n)])
+    for q in reqs:
+        q.wait()
+    out["batch_isend_irecv"] = got.tolist()
+    dist.barrier()
+    if r == 3:
+        dist.send(torch.full((2,), 7.0), 0)
+    elif r == 0:
+        anyone = torch.empty(2)
+        out["recv_anysource_from"] = dist.recv(anyone)
+        out["recv_anysource"] = anyone.tolist()
+
+
+if backend != "hetobs":
+    wrapper_only_ops()
 dist.barrier()
 if r == 0:
     dist.send(torch.arange(3, dtype=torch.float32), 1)

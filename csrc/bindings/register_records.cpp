@@ -129,6 +129,9 @@ void registerRecords(py::module_& m) {
       },
       py::arg("iterations") = 1000000,
       "ns per op spent recording (writes into this process's recorder).");
+  m.def("clock_ns", [] { return monoNs(); },
+        "hetobs's monotonic clock in ns (what records are stamped with): CLOCK_MONOTONIC, read through the TSC "
+        "where the kernel keeps time with it.");
   m.def("stats_layout", [] {
     // Offsets of the stats segment layout (stats/layout.h), for hetobs/stats.py's tests.
     py::dict d;

@@ -1,5 +1,5 @@
 # hetobs_native_tests: C++ tests of the core with no Python (HMAC known answers, recorder ring
-# wrap, communicator close against dumps, reconnect probes of a dying peer, shm single copy between processes, the doorbell's wake-ups, shm mail slots and push, a failed relay draining both copy directions), meant to run under the sanitizers
+# wrap, communicator close against dumps, reconnect probes of a dying peer, shm single copy between processes, the doorbell's wake-ups, shm mail slots and push, a failed relay draining both copy directions, the TSC clock), meant to run under the sanitizers
 # (scripts/sanitize.sh builds it with HETOBS_SANITIZE=thread and =address).
 add_executable(hetobs_native_tests
   ${CMAKE_CURRENT_LIST_DIR}/main.cc
@@ -13,6 +13,7 @@ add_executable(hetobs_native_tests
   ${CMAKE_CURRENT_LIST_DIR}/doorbell_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/shm_mail_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/shm_push_test.cc
-  ${CMAKE_CURRENT_LIST_DIR}/relay_drain_test.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/relay_drain_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/clock_test.cc)
 target_link_libraries(hetobs_native_tests PRIVATE hetobs_core)
 target_compile_options(hetobs_native_tests PRIVATE -Wall -Wextra)

@@ -3,8 +3,27 @@
 #include <ATen/core/ivalue.h>
 
 #include "instrumented_backend.h"
+#include "work_pool.h"
 
 namespace hetobs::torch_ext {
+namespace {
+
+// As many Works as ops that may be alive at once in a process: DDP keeps one per bucket,
+// a pipeline or an isend/irecv ring a few hundred.
+using WorkPool = BlockPool<sizeof(InstrumentedWork), 4096>;
+
+WorkPool& pool() {
+  static WorkPool* p = new WorkPool();  // leaked: Works may be released during exit
+  return *p;
+}
+
+}  // namespace
+
+void* InstrumentedWork::operator new(size_t size) {
+  return size == sizeof(InstrumentedWork) ? pool().allocate() : ::operator new(size);
+}
+
+void InstrumentedWork::operator delete(void* p) noexcept { pool().release(p); }
 
 InstrumentedWork::InstrumentedWork(c10::intrusive_ptr<c10d::Work> inner,
                                    c10::intrusive_ptr<InstrumentedBackend> backend, uint64_t token)
@@ -28,14 +47,23 @@ bool InstrumentedWork::finishFromFuture() {
   } catch (const std::exception&) {
     return false;
   }
-  // The callback holds the Work until the vendor completes it; the future drops its
-  // callbacks once they ran, so no cycle outlives the op.
-  future->addCallback(
-      [self = c10::intrusive_ptr<InstrumentedWork>::reclaim_copy(this)](c10::ivalue::Future& f) {
-        if (f.hasError()) self->finish(false, f.tryRetrieveErrorMessage().c_str());
-        else self->finish(true, nullptr);
-      },
-      /*uses_future=*/false);
+  // The callback holds a reference to the Work until the vendor completes the op (the future
+  // drops its callbacks once they ran, so no cycle outlives it). Taken by hand: a lambda of
+  // one raw pointer fits in std::function's own storage, where an intrusive_ptr would be
+  // copied to the heap, once per op.
+  c10::raw::intrusive_ptr::incref(this);
+  try {
+    future->addCallback(
+        [self = this](c10::ivalue::Future& f) {
+          auto owned = c10::intrusive_ptr<InstrumentedWork>::reclaim(self);
+          if (f.hasError()) owned->finish(false, f.tryRetrieveErrorMessage().c_str());
+          else owned->finish(true, nullptr);
+        },
+        /*uses_future=*/false);
+  } catch (...) {
+    c10::raw::intrusive_ptr::decref(this);
+    throw;
+  }
   return true;
 }
 

@@ -22,6 +22,10 @@ class InstrumentedWork : public c10d::Work {
                    uint64_t token);
   ~InstrumentedWork() override;
 
+  // From a pool of fixed blocks (work_pool.h): no allocation per op.
+  static void* operator new(size_t size);
+  static void operator delete(void* p) noexcept;
+
   // Record completion from the vendor future (call once, right after construction);
   // false when the vendor's Work has no future (Gloo's reduce_scatter, send, recv).
   bool finishFromFuture();

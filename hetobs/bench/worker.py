@@ -30,7 +30,7 @@ import socket
 import sys
 import time
 import traceback
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterable, TextIO
 
 import numpy as np
 
@@ -314,23 +314,54 @@ def main(argv: list[str] | None = None) -> int:
         proto.flush()
 
     bench: _Bench | None = None
-    try:
+
+    def start() -> tuple[Callable[[dict[str, Any]], dict[str, Any]], Callable[[], dict[str, Any]]]:
+        nonlocal bench, rank
         bench = {"hetobs": _Hetobs, "gloo": _Gloo, "islands": _Islands, "mpi": _Mpi}[args.backend](
             args.op, args.dtype, args.timeout)
         rank = bench.rank
         reply({"ready": True, "backend": args.backend, "size": bench.size, "pid": os.getpid()})
+
+        def run(msg: dict[str, Any]) -> dict[str, Any]:
+            assert bench is not None
+            secs = bench.run(int(msg["count"]), int(msg["warmup"]), int(msg["iters"]), bool(msg.get("check")))
+            return {"count": int(msg["count"]), "seconds": secs}
+
+        def bye() -> dict[str, Any]:
+            nonlocal bench
+            assert bench is not None
+            info = bench.info()
+            bench.close()
+            bench = None
+            return info
+
+        return run, bye
+
+    try:
+        return serve(commands, reply, start)
+    finally:
+        if bench is not None:
+            try:
+                bench.close()
+            except Exception:
+                pass
+
+
+def serve(commands: Iterable[str], reply: Callable[[dict[str, Any]], None],
+          start: Callable[[], tuple[Callable[[dict[str, Any]], dict[str, Any]], Callable[[], dict[str, Any]]]]) -> int:
+    """A benchmark rank's protocol: `start()` sets the rank up (and replies ready) and gives the
+    handlers of "run" (a reply) and "exit" (what the bye carries); any failure, at start-up or
+    later, is replied as {"error"} and returns 1 (the runner then stops the peers)."""
+    try:
+        run, bye = start()
         for line in commands:
             if not line.strip():
                 continue
             msg = json.loads(line)
             if msg.get("cmd") == "run":
-                secs = bench.run(int(msg["count"]), int(msg["warmup"]), int(msg["iters"]), bool(msg.get("check")))
-                reply({"count": int(msg["count"]), "seconds": secs})
+                reply(run(msg))
             elif msg.get("cmd") == "exit":
-                info = bench.info()
-                bench.close()
-                bench = None
-                reply({"bye": True, **info})
+                reply({"bye": True, **bye()})
                 return 0
             else:
                 raise ValueError(f"unknown command {msg!r}")
@@ -342,12 +373,6 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return 1
-    finally:
-        if bench is not None:
-            try:
-                bench.close()
-            except Exception:
-                pass
 
 
 if __name__ == "__main__":

@@ -1,17 +1,21 @@
 """The Python fallback of the vendor wrapper, for when hetobs._torch_ext is not built for
 the running torch (or HETOBS_TORCH_NATIVE=0): a `dist.ProcessGroup` subclass around the
-vendor group, recording each op in the same ExternalComm.
-- CPU collectives: the vendor work is waited on inline, then recorded as done (Gloo's
-  Work.get_future() is not implemented for every op, so futures are not chained);
-- CPU send/recv: recorded as done when the caller waits (waiting inline would deadlock
-  an isend/irecv ring);
-- CUDA tensors: the work is not waited on (that would synchronise the stream on the
-  hot path); a poller thread asks Work.is_completed() and records completion.
-It costs ~20-35 us more per call than the C++ wrapper (docs/PERF.md).
+vendor group, recording each op in the same ExternalComm. It hands back the vendor's own Work:
+- asynchronous CPU ops (async_op=True, and all DDP's): never waited on here, so what the
+  caller overlaps with the op (DDP: a bucket's all_reduce with the rest of backward) stays
+  overlapped; the record ends from the vendor future's done-callback, or where the vendor
+  Work has no future (Gloo's send, recv and reduce_scatter) at the caller's wait;
+- torch's synchronous calls (opts.asyncOp false): waited on here, as torch does next anyway,
+  and the record ends then (no Python callback on the vendor's thread fighting for the GIL);
+- device tensors: a poller thread asks Work.is_completed() and records completion (a
+  wait would synchronise the stream on the hot path).
+Per small op it costs a few us more than the C++ wrapper at one rank, up to ~25 with more
+(docs/PERF.md, "The cost of watching").
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -72,8 +76,19 @@ class _Poller:
 _poller: _Poller | None = None
 
 
-class _P2PWork(dist.Work):
-    """A vendor send/recv Work whose record ends at the first wait (or at release)."""
+def _end_from_future(ext: Any, token: int, fut: Any) -> None:
+    """Done-callback of a vendor future (on the vendor's thread): ends the op's record."""
+    try:
+        fut.wait()  # already complete: returns, or raises the op's error
+    except Exception as e:  # telemetry never raises into the vendor's thread
+        ext.end(token, False, f"{type(e).__name__}: {e}"[:90])
+    else:
+        ext.end(token, True, "")
+
+
+class _EndAtWait(dist.Work):
+    """A vendor Work without a future (Gloo's send, recv and reduce_scatter): its record ends
+    at the first wait, or as not waited on when the Work is released."""
 
     def __init__(self, ext: Any, inner: Any, token: int) -> None:
         super().__init__()
@@ -99,19 +114,27 @@ class _P2PWork(dist.Work):
     def is_completed(self) -> bool:
         return self._ended or bool(self._inner.is_completed())
 
+    def _source_rank(self) -> int:  # dist.recv() without a source asks who sent
+        return int(self._inner._source_rank())
+
     def __del__(self) -> None:
         try:
             self._end(False, "work released before it was waited on")
         except Exception as e:  # at interpreter exit the native side may be gone: never raise here
-            log.debug("ending a released send/recv record failed: %s", e)
+            log.debug("ending a released record failed: %s", e)
 
 
 class InstrumentedBackend(dist.ProcessGroup):
+    """`inner`: a vendor c10d Backend (Gloo, NCCL), a torch ProcessGroup (wrap()) or a Python
+    ProcessGroup of a plugin; every op is recorded in `ext` and handed to it unchanged."""
+
     def __init__(self, inner: Any, ext: Any, name: str) -> None:
         super().__init__(inner.rank(), inner.size())
         self.inner = inner
         self.ext = ext
         self._name = name
+        self._no_future: set[str] = set()  # ops whose vendor Work has no future, learned once
+        self._group: Any = None  # torch's ProcessGroup around a C++ `inner`, for the ops only it exposes
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return self._name
@@ -120,12 +143,28 @@ class InstrumentedBackend(dist.ProcessGroup):
         # As the C++ wrapper: torch's destroy_process_group() shuts every group down; a wrapped
         # group the caller still holds must not keep the vendor group (and its worker threads)
         # alive into interpreter exit, where they abort the process.
-        inner, self.inner = self.inner, None
+        inner, self.inner, self._group = self.inner, None, None
         if inner is not None:
             inner.shutdown()
 
-    def _run(self, op: str, tensors: list[torch.Tensor], call: Callable[[], Any], *, redop: int = 0,
-             root: int = -1, out_count: int | None = None) -> Any:
+    def _vendor_group(self) -> Any:
+        """What runs the coalesced ops: `inner` itself when it is a ProcessGroup, else a torch
+        ProcessGroup holding it (Python bindings of a c10d Backend lack the coalesced ops;
+        torch's ProcessGroup dispatches them to the backend's C++)."""
+        if isinstance(self.inner, dist.ProcessGroup):
+            return self.inner
+        if self._group is None:
+            kinds = dist.ProcessGroup.BackendType
+            kind = {"gloo": kinds.GLOO, "nccl": kinds.NCCL}.get(str(self.inner.name()).lower(), kinds.CUSTOM)
+            group = dist.ProcessGroup(self.inner.rank(), self.inner.size())
+            for device in ("cuda",) if kind == kinds.NCCL else ("cpu", "cuda"):
+                group._register_backend(torch.device(device), kind, self.inner)
+            group._set_default_backend(kind)
+            self._group = group
+        return self._group
+
+    def _run(self, op: str, tensors: list[torch.Tensor], call: Callable[[], Any], opts: Any = None, *,
+             redop: int = 0, root: int = -1, out_count: int | None = None) -> Any:
         # Per-call cost matters (a few us against Gloo's tens): one tensor is the common case.
         if len(tensors) == 1:
             first = tensors[0]
@@ -142,75 +181,120 @@ class InstrumentedBackend(dist.ProcessGroup):
         except BaseException as e:
             self.ext.end(token, False, f"{type(e).__name__}: {e}"[:90])
             raise
+        if work is None:  # a plugin that ran the op to completion
+            self.ext.end(token, True, "")
+            return done(tensors)
         if first is not None and first.device.type != "cpu":
             global _poller
             if _poller is None:
                 _poller = _Poller()
             _poller.add(self.ext, work, token)
             return work
-        if op in ("send", "recv"):
-            # Not waited on here: an isend/irecv ring would deadlock (every rank stuck in
-            # its send). The record ends when the caller waits.
-            return _P2PWork(self.ext, work, token)
-        try:
-            work.wait()
-        except BaseException as e:
-            self.ext.end(token, False, f"{type(e).__name__}: {e}"[:90])
-            raise
-        self.ext.end(token, True, "")
-        # A fresh completed Work, not the vendor's: waiting twice on a finished Gloo send/recv
-        # work hangs, and its future is not implemented for every op.
-        return done(tensors)
+        if opts is not None and not getattr(opts, "asyncOp", True):
+            # torch.distributed's own synchronous call (async_op=False), which waits at once: the
+            # wait is ours, and the record ends here. A done-callback instead would run on the
+            # vendor's thread, which must take the GIL from the caller between every two ops
+            # (+300 us per 8 B all_reduce at 2 ranks here, against +20 us this way).
+            try:
+                work.wait()
+            except BaseException as e:
+                self.ext.end(token, False, f"{type(e).__name__}: {e}"[:90])
+                raise
+            self.ext.end(token, True, "")
+            return work
+        # Asynchronous (async_op=True, and every op DDP's reducer issues from C++): never waited
+        # on here, so what the caller overlaps with the op (DDP's bucket all_reduce and the rest
+        # of backward; an isend/irecv ring, which would deadlock) stays overlapped. The record
+        # ends from the vendor future's callback, or at the caller's wait.
+        if op not in self._no_future:
+            try:
+                fut = work.get_future()
+            except (RuntimeError, NotImplementedError):  # "Work::getFuture not implemented": learned once
+                self._no_future.add(op)
+            else:
+                fut.add_done_callback(functools.partial(_end_from_future, self.ext, token))
+                return work
+        return _EndAtWait(self.ext, work, token)
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:
-        return self._run("all_reduce", tensors, lambda: self.inner.allreduce(tensors, opts), redop=_redop(opts))
+        return self._run("all_reduce", tensors, lambda: self.inner.allreduce(tensors, opts), opts,
+                         redop=_redop(opts))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> Any:
-        return self._run("all_reduce", tensors, lambda: self.inner.allreduce_coalesced(tensors, opts),
+        return self._run("all_reduce", tensors, lambda: self.inner.allreduce_coalesced(tensors, opts), opts,
                          redop=_redop(opts))
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> Any:
-        return self._run("broadcast", tensors, lambda: self.inner.broadcast(tensors, opts), root=opts.rootRank)
-
-    def reduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:
-        return self._run("reduce", tensors, lambda: self.inner.reduce(tensors, opts), redop=_redop(opts),
+        return self._run("broadcast", tensors, lambda: self.inner.broadcast(tensors, opts), opts,
                          root=opts.rootRank)
 
+    def reduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:
+        return self._run("reduce", tensors, lambda: self.inner.reduce(tensors, opts), opts,
+                         redop=_redop(opts), root=opts.rootRank)
+
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> Any:
-        return self._run("all_gather", inputs, lambda: self.inner.allgather(outputs, inputs, opts),
+        return self._run("all_gather", inputs, lambda: self.inner.allgather(outputs, inputs, opts), opts,
+                         out_count=sum(numel(o) for o in outputs))
+
+    def allgather_coalesced(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> Any:
+        return self._run("all_gather", inputs, lambda: self.inner.allgather_coalesced(outputs, inputs, opts), opts,
                          out_count=sum(numel(o) for o in outputs))
 
     def all_gather_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> Any:
-        return self._run("all_gather", [inp], lambda: self.inner._allgather_base(out, inp, opts),
+        return self._run("all_gather", [inp], lambda: self.inner._allgather_base(out, inp, opts), opts,
                          out_count=int(out.numel()))
 
     _allgather_base = all_gather_single
 
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                    opts: Any) -> Any:
+        return self._run("all_gather", inputs,
+                         lambda: self._vendor_group().all_gather_single_coalesced(outputs, inputs, opts), opts,
+                         out_count=numel(outputs))
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced  # torch's older name
+
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> Any:
         flat = [t for ins in inputs for t in ins]
-        return self._run("reduce_scatter", flat, lambda: self.inner.reduce_scatter(outputs, inputs, opts),
+        return self._run("reduce_scatter", flat, lambda: self.inner.reduce_scatter(outputs, inputs, opts), opts,
                          redop=_redop(opts), out_count=numel(outputs))
 
     def reduce_scatter_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> Any:
-        return self._run("reduce_scatter", [inp], lambda: self.inner._reduce_scatter_base(out, inp, opts),
+        return self._run("reduce_scatter", [inp], lambda: self.inner._reduce_scatter_base(out, inp, opts), opts,
                          redop=_redop(opts), out_count=int(out.numel()))
 
     _reduce_scatter_base = reduce_scatter_single
 
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any) -> Any:
+        return self._run("reduce_scatter", inputs,
+                         lambda: self._vendor_group().reduce_scatter_single_coalesced(outputs, inputs, opts), opts,
+                         redop=_redop(opts), out_count=numel(outputs))
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced  # torch's older name
+
     def all_to_all_single(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int],
                           in_splits: list[int], opts: Any) -> Any:
-        return self._run("all_to_all", [inp], lambda: self.inner.alltoall_base(out, inp, out_splits, in_splits,
-                                                                                 opts), out_count=int(out.numel()))
+        return self._run("all_to_all", [inp], lambda: self.inner.alltoall_base(out, inp, out_splits, in_splits, opts),
+                         opts, out_count=int(out.numel()))
 
     _alltoall_base = all_to_all_single
+    alltoall_base = all_to_all_single
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any) -> Any:
-        return self._run("all_to_all", inputs, lambda: self.inner.alltoall(outputs, inputs, opts),
+        return self._run("all_to_all", inputs, lambda: self.inner.alltoall(outputs, inputs, opts), opts,
                          out_count=numel(outputs))
 
     def barrier(self, opts: Any = None) -> Any:
         call = (lambda: self.inner.barrier(opts)) if opts is not None else self.inner.barrier
-        return self._run("barrier", [], call)
+        return self._run("barrier", [], call, opts)
+
+    # Coalescing the old way (every op between start and end is the vendor's to batch).
+    def _start_coalescing(self, device: torch.device) -> None:
+        self._vendor_group()._start_coalescing(device)
+
+    def _end_coalescing(self, device: torch.device) -> Any:
+        return self._vendor_group()._end_coalescing(device)
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> Any:
         return self._run("send", tensors, lambda: self.inner.send(tensors, dst, tag), root=dst)
@@ -218,9 +302,13 @@ class InstrumentedBackend(dist.ProcessGroup):
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> Any:
         return self._run("recv", tensors, lambda: self.inner.recv(tensors, src, tag), root=src)
 
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> Any:
+        return self._run("recv", tensors, lambda: self.inner.recv_anysource(tensors, tag))
+
     def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> Any:
-        return self._run("gather", inputs, lambda: self.inner.gather(outputs, inputs, opts), root=opts.rootRank)
+        return self._run("gather", inputs, lambda: self.inner.gather(outputs, inputs, opts), opts,
+                         root=opts.rootRank)
 
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> Any:
-        return self._run("scatter", outputs, lambda: self.inner.scatter(outputs, inputs, opts),
+        return self._run("scatter", outputs, lambda: self.inner.scatter(outputs, inputs, opts), opts,
                          root=opts.rootRank)

@@ -10,7 +10,7 @@ The wrapper is hetobs._torch_ext (C++, csrc/torch_ext/): a c10d Backend that tor
 dispatches to like to Gloo itself, ending each record from the vendor future's
 callback, from wait(), or, for device ops, from a poller asking the op's CUDA event.
 Where that module is missing or was built for another torch, the Python fallback in
-python_wrapper.py does the same (~25 us more per call). While an op waits, the native
+python_wrapper.py does the same (a few to ~25 us more per small op). While an op waits, the native
 watchdog sees it in flight, so a hang inside Gloo or NCCL is dumped and diagnosed like
 a native one.
 """
@@ -40,21 +40,28 @@ _BACKEND_CODES = {"gloo": 1, "nccl": 2, "mpi": 3}
 
 @functools.cache
 def native_wrapper() -> Any:
-    """hetobs._torch_ext when it was built for the running torch, else None."""
+    """hetobs._torch_ext when it was built for the running torch's release, else None."""
     if not from_env().torch_native:
         return None
     try:
         from .. import _torch_ext
-    except ImportError as e:  # not built (no torch 2.13 at build time), or cannot load
-        log.warning("hetobs._torch_ext is not available (%s): torch wrappers run in Python (~25 us more per "
-                    "call); reinstall hetobs with torch 2.13 installed to build it", e)
+    except ImportError as e:  # built without torch (HETOBS_TORCH_EXT=OFF), or cannot load
+        log.warning("hetobs._torch_ext is not available (%s): torch wrappers run in Python (a few to ~25 us "
+                    "more per small op); docs/torch.md says how the wheel builds it", e)
         return None
-    if _torch_ext.TORCH_VERSION != torch.__version__:
+    # The release, not the local tag: the wheel's wrapper is built against the CPU wheel of
+    # torch 2.13.0 ("2.13.0+cpu") and serves its CUDA build ("2.13.0", "2.13.0+cu128") alike
+    # (the c10d Backend and Work classes it subclasses have no build-dependent layout).
+    if _release(_torch_ext.TORCH_VERSION) != _release(torch.__version__):
         log.warning("hetobs._torch_ext was built for torch %s, this is %s: torch wrappers run in Python "
-                    "(~25 us more per call); reinstall hetobs to rebuild it", _torch_ext.TORCH_VERSION,
+                    "(a few to ~25 us more per small op); reinstall hetobs to rebuild it", _torch_ext.TORCH_VERSION,
                     torch.__version__)
         return None
     return _torch_ext
+
+
+def _release(version: str) -> str:
+    return str(version).split("+", 1)[0]
 
 
 def _instrument(inner: Any, ext: Any, vendor: str) -> Any:

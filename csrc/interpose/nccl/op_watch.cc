@@ -10,6 +10,7 @@
 
 #include "cuda_rt.h"
 #include "hetobs/common/clock.h"
+#include "hetobs/common/index_stack.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
 #include "hetobs/observe/runtime.h"
@@ -40,21 +41,17 @@ struct Slot {
   bool grouped = false;
   ncclResult_t callResult = ncclSuccess;  // a grouped op's own call result
   uint32_t next = kNoSlot;                // next op of the same group (issuing thread's list)
-  std::atomic<uint32_t> nextFree{kNoSlot};
   uint32_t index = 0;
 };
 
 struct Watcher {
   Watcher() {
-    for (uint32_t i = 0; i < kSlots; ++i) {
-      slots[i].index = i;
-      slots[i].nextFree.store(i + 1 < kSlots ? i + 1 : kNoSlot, std::memory_order_relaxed);
-    }
+    for (uint32_t i = 0; i < kSlots; ++i) slots[i].index = i;
   }
   Slot slots[kSlots];
-  // Free slots as a lock-free stack (most recently freed first, so the slots in use, and
-  // their CUDA events, stay few): low 32 bits the top index, high 32 bits an ABA tag.
-  std::atomic<uint64_t> freeTop{0};
+  // Free slots, most recently freed first: the slots in use, and their CUDA events, stay few.
+  IndexStack<kSlots> free;
+  static_assert(IndexStack<kSlots>::kNone == kNoSlot, "an empty free list reads as no slot");
   std::atomic<uint32_t> highWater{0};
   std::atomic<uint32_t> active{0};
   std::mutex mu;
@@ -82,14 +79,8 @@ uint64_t recordIdOf(uint64_t token) { return (token & ~(1ull << 63)) - 1; }
 
 uint32_t claim() {
   Watcher& w = watcher();
-  uint64_t top = w.freeTop.load(std::memory_order_acquire);
-  for (;;) {
-    uint32_t i = uint32_t(top);
-    if (i == kNoSlot) return kNoSlot;
-    uint64_t next = ((top >> 32) + 1) << 32 | w.slots[i].nextFree.load(std::memory_order_relaxed);
-    if (w.freeTop.compare_exchange_weak(top, next, std::memory_order_acq_rel)) break;
-  }
-  uint32_t i = uint32_t(top);
+  uint32_t i = w.free.pop();
+  if (i == kNoSlot) return kNoSlot;
   w.slots[i].state.store(kClaimed, std::memory_order_relaxed);
   uint32_t hw = w.highWater.load(std::memory_order_relaxed);
   while (hw < i + 1 && !w.highWater.compare_exchange_weak(hw, i + 1, std::memory_order_relaxed)) {
@@ -104,10 +95,7 @@ void release(Slot& s) {
   s.token = 0;
   s.state.store(kFree, std::memory_order_release);
   w.active.fetch_sub(1, std::memory_order_relaxed);
-  uint64_t top = w.freeTop.load(std::memory_order_relaxed);
-  do {
-    s.nextFree.store(uint32_t(top), std::memory_order_relaxed);
-  } while (!w.freeTop.compare_exchange_weak(top, ((top >> 32) + 1) << 32 | s.index, std::memory_order_acq_rel));
+  w.free.push(s.index);
 }
 
 // End the op: the record gets the GPU's duration (start = completion seen - elapsed).
