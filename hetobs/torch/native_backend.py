@@ -16,12 +16,12 @@ import torch.distributed as dist
 
 from .. import _connect_through_store, _endpoint
 from ..comm import Communicator
-from ._common import comm_id_for, done, reduction, staged
+from ._common import NamedGroup, comm_id_for, done, reduction, staged
 
 __all__ = ["HetobsBackend", "create"]
 
 
-class HetobsBackend(dist.ProcessGroup):
+class HetobsBackend(NamedGroup, dist.ProcessGroup):
     def __init__(self, comm: Communicator) -> None:
         super().__init__(comm.rank, comm.size)
         self.comm = comm
@@ -62,11 +62,40 @@ class HetobsBackend(dist.ProcessGroup):
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> Any:
         for outs, inp in zip(outputs, inputs):
+            if inp.numel() == 0:  # every rank's is empty (equal shapes): nothing to move
+                continue
             flat = torch.empty(self.comm.size * inp.numel(), dtype=inp.dtype)
             with staged(inp, copy_out=False) as hi:
                 self.comm.all_gather(flat, hi)
             for i, o in enumerate(outs):
                 o.copy_(flat[i * inp.numel():(i + 1) * inp.numel()].view_as(o))
+        return done(outputs)
+
+    # Coalesced forms: torch calls these on the group itself (all_gather_coalesced, the
+    # _coalescing_manager fast path); the C++ ProcessGroup base would look for a backend
+    # registered per device, which a Python group has not. One op after another is what
+    # they mean here: every op already runs to completion before it returns.
+    def allgather_coalesced(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> Any:
+        # outputs[r][i] gets rank r's inputs[i]: allgather's outputs[i][r], transposed.
+        self.allgather([[per_rank[i] for per_rank in outputs] for i in range(len(inputs))], inputs, opts)
+        return done(outputs)
+
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                    opts: Any) -> Any:
+        return self._pairwise(self.all_gather_single, outputs, inputs, opts)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any) -> Any:
+        return self._pairwise(self.reduce_scatter_single, outputs, inputs, opts)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    @staticmethod
+    def _pairwise(op: Any, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any) -> Any:
+        for out, inp in zip(outputs, inputs):
+            op(out, inp, opts)
         return done(outputs)
 
     def reduce_scatter_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> Any:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from ._common import DTYPE_CODES, OPS, done, numel, reduction_code
+from ._common import DTYPE_CODES, OPS, NamedGroup, done, numel, reduction_code
 
 __all__ = ["InstrumentedBackend"]
 
@@ -106,7 +106,7 @@ class _P2PWork(dist.Work):
             log.debug("ending a released send/recv record failed: %s", e)
 
 
-class InstrumentedBackend(dist.ProcessGroup):
+class InstrumentedBackend(NamedGroup, dist.ProcessGroup):
     def __init__(self, inner: Any, ext: Any, name: str) -> None:
         super().__init__(inner.rank(), inner.size())
         self.inner = inner
@@ -178,6 +178,10 @@ class InstrumentedBackend(dist.ProcessGroup):
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> Any:
         return self._run("all_gather", inputs, lambda: self.inner.allgather(outputs, inputs, opts),
+                         out_count=sum(numel(o) for o in outputs))
+
+    def allgather_coalesced(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> Any:
+        return self._run("all_gather", inputs, lambda: self.inner.allgather_coalesced(outputs, inputs, opts),
                          out_count=sum(numel(o) for o in outputs))
 
     def all_gather_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> Any:
