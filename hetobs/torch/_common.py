@@ -65,6 +65,9 @@ class staged:
         self.host: torch.Tensor | None = None
 
     def __enter__(self) -> torch.Tensor:
+        if self.t.layout != torch.strided:  # before is_contiguous(), which a sparse tensor cannot answer
+            raise ValueError(f"hetobs moves dense tensors only, not {self.t.layout} (torch.sparse_coo: "
+                             "all_reduce its .to_dense(), or all_gather its indices and values)")
         if self.t.device.type == "cpu" and self.t.is_contiguous():
             self.host = self.t
         elif self.copy_in:
