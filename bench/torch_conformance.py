@@ -10,11 +10,13 @@ the way that file runs it: a TestCase mixing `TestDistBackend` and
     python bench/torch_conformance.py --json out.json --markdown
 
 Gating. The suite decides what a backend is asked to run by its name (decorators such as
-`BACKEND != "gloo"`, `DistTestCases.backend_feature["ddp"]`), evaluated when the test class
-is made. Every backend here stands in for Gloo on CPU, so the gates are evaluated as for
-Gloo (BACKEND=gloo while the module is imported) and the tests then run on the backend under
-test (the module's BACKEND is set to it before any test starts): a test Gloo is asked to
-run, ours are asked to run too. Test bodies that look at the name see the real one.
+`BACKEND != "gloo"`, `DistTestCases.backend_feature["ddp"]`, evaluated when the test class
+is made) and some test bodies branch on it (`if BACKEND == "gloo": <a CPU model>`). Every
+backend here stands in for Gloo on CPU, so the gates are evaluated as for Gloo (BACKEND=gloo
+while the module is imported) and the tests then run on the backend under test: the module's
+BACKEND becomes its name, a string that also equals "gloo" (`_AsGloo`), so a body's Gloo
+branch is taken while `init_process_group(backend=BACKEND)` and every comparison with
+`dist.get_backend()` see the real name. A test Gloo is asked to run, ours are asked to run too.
 
 `hetobs_islands` runs with every rank an island of its own (HETOBS_ISLAND=r<rank>, Gloo
 inside), so each collective crosses islands through the host relay.
@@ -44,6 +46,18 @@ _JOB_VARS = ("HETOBS_JOB_ID", "HETOBS_DIR", "HETOBS_SECRET", "HETOBS_ISLAND", "R
 _START_ENV = "HETOBS_CONFORMANCE_START"  # how rank processes start: spawn (as test_distributed_spawn.py) or fork
 
 
+class _AsGloo(str):
+    """A backend's name that compares equal to "gloo" as well as to itself (see Gating above)."""
+
+    def __eq__(self, other: object) -> bool:
+        return other == "gloo" or str.__eq__(self, other) is True
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+
 def _suite_class() -> Any:
     """The suite's test class, gated as for Gloo and run on the backend named by _WORKER_ENV.
 
@@ -56,7 +70,7 @@ def _suite_class() -> Any:
     import torch.distributed  # noqa: F401
     from torch.testing._internal.distributed import distributed_test as dt
 
-    dt.BACKEND = backend
+    dt.BACKEND = _AsGloo(backend)
     os.environ["BACKEND"] = backend
 
     class TestConformance(dt.TestDistBackend, dt.DistributedTest._DistTestBase):  # type: ignore[misc,name-defined]
