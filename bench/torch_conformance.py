@@ -200,6 +200,15 @@ def _run_backend(backend: str, patterns: list[str], world: int, timeout: float, 
                 "outcomes": outcomes}
 
 
+_FEW_RANKS = re.compile(r"small world ?size|world size of \d|exact world size", re.I)
+
+
+def _too_few_ranks(runs: list[dict[str, Any]]) -> list[str]:
+    """Tests any backend skipped for having too few ranks (the suite's own skip reasons)."""
+    return sorted({name for run in runs for name, o in run["outcomes"].items()
+                   if o["outcome"] == "skipped" and _FEW_RANKS.search(o["why"])})
+
+
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts per backend and, per hetobs backend, the tests Gloo passes that it does not."""
     counts = {}
@@ -247,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-k", dest="patterns", action="append", default=[],
                     help="run only tests whose name matches this regular expression (repeatable)")
     ap.add_argument("--world", type=int, default=2, help="ranks per test (default 2)")
+    ap.add_argument("--wide", type=int, default=4,
+                    help="ranks for the tests that skip themselves at --world for too few ranks: they run again "
+                         "with this many on every backend (default 4; 0: not run)")
     ap.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one backend's run may take")
     ap.add_argument("--json", dest="json_out", help="write every outcome and the summary to this file")
     ap.add_argument("--markdown", action="store_true", help="print the table as markdown")
@@ -266,15 +278,28 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--backends: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(BACKENDS)}")
     if args.world < 2:
         ap.error("--world: at least 2 ranks")
+    if args.wide and args.wide <= args.world:
+        ap.error(f"--wide: more ranks than --world ({args.world}), or 0")
     runs = []
     for b in backends:
         print(f"conformance: {b} ...", file=sys.stderr, flush=True)
         runs.append(_run_backend(b, args.patterns, args.world, args.timeout, args.quiet, args.start))
+    wide = _too_few_ranks(runs) if args.wide else []
+    if wide:
+        for run in runs:
+            print(f"conformance: {run['backend']}, {len(wide)} tests at {args.wide} ranks ...", file=sys.stderr,
+                  flush=True)
+            more = _run_backend(run["backend"], [f"^{n}$" for n in wide], args.wide, args.timeout, args.quiet,
+                                args.start)
+            for name, outcome in more["outcomes"].items():
+                run["outcomes"][name] = {**outcome, "world": args.wide}
+            run["seconds"] += more["seconds"]
     summary = summarize(runs)
     print(_table(runs, summary, args.markdown))
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"world": args.world, "patterns": args.patterns, "runs": runs, **summary}, f, indent=1)
+            json.dump({"world": args.world, "wide": args.wide, "wide_tests": wide, "patterns": args.patterns,
+                       "runs": runs, **summary}, f, indent=1)
     return 0
 
 
