@@ -79,8 +79,11 @@ class _Endpoint:
         return str(self.native.job_id)
 
 
-def _endpoint(rank: int, size: int) -> _Endpoint:
-    """This process's native endpoint (listener, watchdog runtime) for a group of `size`."""
+def _endpoint(rank: int, size: int, timeout: float | None = None) -> _Endpoint:
+    """This process's native endpoint (listener, watchdog runtime) for a group of `size`.
+
+    `timeout`: seconds each op of its communicator may wait on a peer (default HETOBS_TIMEOUT).
+    """
     from . import _core
     from .config import from_env
 
@@ -88,7 +91,8 @@ def _endpoint(rank: int, size: int) -> _Endpoint:
         raise ValueError(f"RANK={rank}, WORLD_SIZE={size}: need 0 <= RANK < WORLD_SIZE")
     s = from_env()
     _core.set_log_level(s.debug)
-    native = _core.Endpoint(rank, size, s.job_id, s.secret, s.transport, s.timeout, s.connect_timeout,
+    native = _core.Endpoint(rank, size, s.job_id, s.secret, s.transport, s.timeout if timeout is None else timeout,
+                            s.connect_timeout,
                             s.small_bytes, s.dir, s.hang_timeout, s.abort_on_hang, s.dump_signal, s.records,
                             s.watchdog, s.bw_log, s.bw_log_interval, s.bw_log_file,
                             job_id_generated=s.job_id_generated)

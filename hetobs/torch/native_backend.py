@@ -4,11 +4,13 @@ A Python ProcessGroup (torch 2.13 dispatches every collective to it, including
 all_gather_single / reduce_scatter_single / all_to_all_single). Each group gets its own
 native communicator, rendezvoused through the store torch hands the backend; its ops
 land in the recorder, watchdog and dumps like any native op. Ops run to completion
-before the call returns (async_op=True gets an already-completed Work).
+before the call returns (async_op=True gets an already-completed Work). A `timeout` given
+to init_process_group or new_group is each op's (HETOBS_TIMEOUT otherwise).
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -204,11 +206,22 @@ def _or_default(opts: Any, kind: Any) -> Any:
     return kind() if opts is None else opts
 
 
+def group_timeout(timeout: Any) -> float | None:
+    """The op timeout a group was made with, in seconds; None for torch's default (30 min), which
+    leaves HETOBS_TIMEOUT in charge. torch documents `timeout` of init_process_group and new_group
+    as the timeout of the group's operations, as Gloo takes it."""
+    from torch.distributed.constants import default_pg_timeout
+
+    if not isinstance(timeout, timedelta) or timeout == default_pg_timeout or timeout.total_seconds() <= 0:
+        return None
+    return timeout.total_seconds()
+
+
 def create(opts: Any, backend_options: Any = None) -> HetobsBackend:
     """torch's extended-API creator: one native communicator per torch group."""
     rank, size = int(opts.group_rank), int(opts.group_size)
     world_ranks = list(opts.global_ranks_in_group)
-    endpoint = _endpoint(rank, size)
+    endpoint = _endpoint(rank, size, group_timeout(opts.timeout))
     if not world_ranks:  # the default group: this is the job's world
         native = _connect_through_store(endpoint, opts.store, "hetobs/card/", rank, size)
     else:
