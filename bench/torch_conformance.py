@@ -3,9 +3,10 @@
 Runs `torch.testing._internal.distributed.distributed_test` (the suite behind pytorch's
 test/distributed/test_distributed_spawn.py, shipped in the torch wheel) once per backend,
 the way that file runs it: a TestCase mixing `TestDistBackend` and
-`DistributedTest._DistTestBase`, each test spawning WORLD_SIZE rank processes on CPU.
+`DistributedTest._DistTestBase`, each test starting WORLD_SIZE rank processes on CPU
+(forked from the worker, or spawned with --start spawn as that file does).
 
-    python bench/torch_conformance.py                       # every test, 4 backends, 2 ranks
+    python bench/torch_conformance.py                       # every test, 4 backends, 2 ranks (4, 8 where needed)
     python bench/torch_conformance.py -k all_reduce -k broadcast --backends gloo,hetobs
     python bench/torch_conformance.py --json out.json --markdown
 
@@ -21,10 +22,11 @@ branch is taken while `init_process_group(backend=BACKEND)` and every comparison
 `hetobs_islands` runs with every rank an island of its own (HETOBS_ISLAND=r<rank>, Gloo
 inside), so each collective crosses islands through the host relay.
 
-Output: one table (passed / failed / skipped / errors per backend), then for every test that
+Output: one table (passed / failed / skipped per backend), then for every test that
 passes on Gloo but not on a hetobs backend, that backend's outcome and the first line of its
 error; --json writes every outcome. Exit status 0 when it ran (failures are data), 2 on a
-usage error. Worker mode (internal): --worker, with BACKEND in the environment.
+usage error, 4 when a backend's worker died or ran out of --timeout. Worker mode (internal):
+--worker, with CONFORMANCE_BACKEND in the environment.
 """
 
 from __future__ import annotations
@@ -41,9 +43,9 @@ import unittest
 from typing import Any
 
 BACKENDS = ("gloo", "hetobs_gloo", "hetobs", "hetobs_islands")
-_WORKER_ENV = "HETOBS_CONFORMANCE_BACKEND"  # the backend under test, in the worker and its rank processes
+_WORKER_ENV = "CONFORMANCE_BACKEND"  # the backend under test, in the worker and its rank processes
 _JOB_VARS = ("HETOBS_JOB_ID", "HETOBS_DIR", "HETOBS_SECRET", "HETOBS_ISLAND", "RANK", "WORLD_SIZE", "LOCAL_RANK")
-_START_ENV = "HETOBS_CONFORMANCE_START"  # how rank processes start: spawn (as test_distributed_spawn.py) or fork
+_START_ENV = "CONFORMANCE_START"  # how rank processes start: spawn (as test_distributed_spawn.py) or fork
 
 
 class _AsGloo(str):
@@ -62,7 +64,7 @@ def _suite_class() -> Any:
     """The suite's test class, gated as for Gloo and run on the backend named by _WORKER_ENV.
 
     Defined at import in the worker and in every rank process it spawns (they import this
-    file as their main module), so the spawned ranks find the class by name.
+    file as their main module), so spawned ranks find the class by name; forked ones have it.
     """
     backend = os.environ[_WORKER_ENV]
     os.environ["BACKEND"] = "gloo"  # gates read at import (see the module doc)
@@ -312,14 +314,18 @@ def main(argv: list[str] | None = None) -> int:
             for name, outcome in more["outcomes"].items():
                 run["outcomes"][name] = {**outcome, "world": width}
             run["seconds"] += more["seconds"]
+            run["returncode"] = run["returncode"] or more["returncode"]
     summary = summarize(runs)
     print(_table(runs, summary, args.markdown))
+    broken = [r for r in runs if r["returncode"] != 0]
+    for run in broken:  # the worker itself died or ran out of --timeout: its counts are short
+        print(f"conformance: the {run['backend']} worker did not finish (exit {run['returncode']}); its counts "
+              "are of the tests it got through", file=sys.stderr)
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"world": args.world, "wide": wide, "patterns": args.patterns, "runs": runs, **summary}, f,
                       indent=1)
-    return 0
-
+    return 4 if broken else 0
 
 if __name__ == "__main__":
     sys.exit(main())

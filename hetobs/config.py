@@ -14,7 +14,7 @@ import tempfile
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, MutableMapping
 
 __all__ = ["Settings", "SETTINGS", "NUMBER_SETTINGS", "SettingError", "from_env", "check_timeout", "Launch",
            "launch_from_env", "export_launch_env", "expand_hostlist"]
@@ -324,7 +324,7 @@ def _first_slurm_host(env: Mapping[str, str]) -> str | None:
     return None
 
 
-def export_launch_env(env: os._Environ[str] | dict[str, str] | None = None) -> Launch:
+def export_launch_env(env: MutableMapping[str, str] | None = None) -> Launch:
     """Set torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) that a
     launcher other than torchrun implies and nobody set, so torch's env:// rendezvous works
     under srun or mpirun unchanged. Variables already set are kept. Returns the launch read."""
@@ -343,15 +343,18 @@ _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
 
 
 def expand_hostlist(text: str) -> Iterator[str]:
-    """The host names of a Slurm host list, in order, lazily ("node[01-03,07],gpu1" -> node01,
-    node02, node03, node07, gpu1). Brackets hold comma lists of numbers and ranges, zero padding
-    kept; several bracket groups in one name multiply ("r[1-2]n[1-2]"). ValueError if malformed."""
+    """The host names of a Slurm host list, in order ("node[01-03,07],gpu1" -> node01, node02,
+    node03, node07, gpu1). Brackets hold comma lists of numbers and ranges, zero padding kept;
+    several bracket groups in one name multiply ("r[1-2]n[1-2]"). ValueError if malformed: the
+    list's brackets are checked at once, its names made as they are taken (a list of a whole
+    cluster need not be expanded for its first host)."""
     for item in _split_top(text):
         yield from _expand_item(item)
 
 
-def _split_top(text: str) -> Iterator[str]:
-    depth, start = 0, 0
+def _split_top(text: str) -> list[str]:
+    """`text` split at the commas outside brackets."""
+    items, depth, start = [], 0, 0
     for i, c in enumerate(text):
         if c == "[":
             depth += 1
@@ -362,13 +365,12 @@ def _split_top(text: str) -> Iterator[str]:
             if depth < 0:
                 raise ValueError("']' without '['")
         elif c == "," and depth == 0:
-            if i > start:
-                yield text[start:i]
+            items.append(text[start:i])
             start = i + 1
     if depth:
         raise ValueError("'[' without ']'")
-    if start < len(text):
-        yield text[start:]
+    items.append(text[start:])
+    return [item for item in items if item]
 
 
 def _expand_item(item: str) -> Iterator[str]:

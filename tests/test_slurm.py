@@ -55,7 +55,7 @@ def test_host_lists_expand_as_slurm_writes_them(text: str, hosts: list[str]) -> 
     assert list(expand_hostlist(text)) == hosts
 
 
-@pytest.mark.parametrize("text", ["node[01-", "node]1", "n[a-b]", "n[3-1]", "n[[1]]", "n[]", "a b"])
+@pytest.mark.parametrize("text", ["node[01-", "node]1", "n[a-b]", "n[3-1]", "n[[1]]", "n[]", "a b", "n1,bad["])
 def test_malformed_host_lists_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         list(expand_hostlist(text))
