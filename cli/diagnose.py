@@ -274,7 +274,9 @@ def diagnose_cmd(
     if html is not None:
         write_html(say, html, report, options)
     if report.status == Status.NO_DATA:
-        why = report.data_problems[0].problem if report.data_problems else "no dumps"
+        # One line naming what was refused or missing, as dump, top, trace and plan say it.
+        first = report.data_problems[0] if report.data_problems else None
+        why = f"{first.path}: {first.problem}" if first else "no dumps"
         say.error(f"no usable data: {why}")
         for note in report.notes:
             say.hint(note)

@@ -1,11 +1,20 @@
 """`hetobs run [--job ID] -- CMD ...`: run a job with hetobs wired in.
 
-Sets HETOBS_JOB_ID (given, inherited, or generated), a fresh HETOBS_SECRET (so every
-handshake of this job is authenticated and no other job can talk to it), HETOBS_DIR,
-and the interposer: for `mpirun`/`mpiexec` the preload is passed to the ranks (Open
-MPI: `-x`, MPICH/Hydra: `-genv`), never to the launcher itself; otherwise LD_PRELOAD
-is set for CMD. Then CMD replaces this process, so signals and the exit status are
-the job's own.
+Sets HETOBS_JOB_ID (--job, else the settings' id: HETOBS_JOB_ID, SLURM_JOB_ID with the step,
+TORCHELASTIC_RUN_ID; else generated), HETOBS_DIR, HETOBS_SECRET and the interposer: for
+`mpirun`/`mpiexec` the preload is passed to the ranks (Open MPI: `-x`, MPICH/Hydra:
+`-genv`), never to the launcher itself; otherwise LD_PRELOAD is set for CMD. Then CMD
+replaces this process, so signals and the exit status are the job's own.
+
+The secret: a given HETOBS_SECRET is kept. Else a fresh one authenticates every handshake
+of the job (no other job can talk to it) and is stored in the job directory (0600, the
+directory 0700 and checked as the ranks check it), where `hetobs dump` and `diagnose` of
+the same user find it. Run inside an allocation but outside a step (a batch script that
+then calls srun), the id is SLURM_JOB_ID, or SLURM_JOB_ID.runN when an earlier `hetobs
+run` of the allocation has it: one id per launched job. Run as one task of many (`srun
+hetobs run -- ...`, `mpirun hetobs run -- ...`), each copy would make a different secret
+the ranks could not agree on, so none is made (handshakes are keyed by the job id) and an
+id is set only when the launcher gives one.
 """
 
 from __future__ import annotations
@@ -15,12 +24,13 @@ import secrets
 import shutil
 import subprocess
 import sys
-import uuid
 from typing import Annotated, List, Optional
 
 import typer
 
-from hetobs.config import from_env
+from hetobs.config import Settings, from_env, launch_from_env, slurm_step
+from hetobs.jobs import job_path, make_job_dir, store_secret
+from hetobs.ownership import UntrustedJobDir
 
 from ._exit_codes import ExitCode
 from ._output import Output
@@ -68,14 +78,32 @@ def build_command(cmd: list[str], env: dict[str, str], preload: str | None,
     return cmd, env
 
 
+def _claim_job_id(settings: Settings, root: str) -> str:
+    """The job id for one launch: the settings' id, made unique per launch inside an allocation.
+
+    SLURM_JOB_ID outside a step names the allocation, which may launch several jobs one after
+    another; the first takes the id, each later one the first free SLURM_JOB_ID.runN (its
+    directory made now, so two launches at once cannot take the same one).
+    """
+    if settings.job_id_from != "SLURM_JOB_ID":
+        return settings.job_id
+    for n in range(10000):
+        candidate = settings.job_id if n == 0 else f"{settings.job_id}.run{n}"
+        if make_job_dir(job_path(root, candidate)):
+            return candidate
+    raise OSError(f"{root}: 10000 jobs of allocation {settings.job_id} already")
+
+
 def run(
     ctx: typer.Context,
-    job: Annotated[Optional[str], typer.Option("--job", help="Job id (default: HETOBS_JOB_ID, else generated).")] = None,
+    job: Annotated[Optional[str], typer.Option("--job", help="Job id (default: HETOBS_JOB_ID, SLURM_JOB_ID[.step], "
+                                                             "TORCHELASTIC_RUN_ID, else generated).")] = None,
     dir: Annotated[Optional[str], typer.Option("--dir", help="Root of job directories (default: HETOBS_DIR).")] = None,
     preload: Annotated[str, typer.Option("--preload", help="auto (mpi for mpirun/mpiexec), mpi, nccl or none.")
                        ] = "auto",
 ) -> None:
-    """Run CMD (after `--`) with the job id, a fresh secret, the dump directory and the preload set."""
+    """Run CMD (after `--`) with the job id, a secret (stored for the job's owner), the dump directory and the
+    preload set."""
     out = Output()
     cmd: List[str] = list(ctx.args)
     if not cmd:
@@ -89,9 +117,23 @@ def run(
         raise typer.Exit(int(ExitCode.USAGE))
     settings = from_env()
     env = dict(os.environ)
-    env["HETOBS_JOB_ID"] = job or env.get("HETOBS_JOB_ID") or uuid.uuid4().hex[:12]
-    env["HETOBS_SECRET"] = secrets.token_hex(32)
-    env["HETOBS_DIR"] = dir or settings.dir
+    env["HETOBS_DIR"] = root = dir or settings.dir
+    launch = launch_from_env()
+    one_task_of = launch.world_size if launch.source and (launch.world_size or 1) > 1 else None
+    try:
+        if one_task_of:
+            if job or not settings.job_id_generated:
+                env["HETOBS_JOB_ID"] = job or settings.job_id
+        else:
+            env["HETOBS_JOB_ID"] = job or _claim_job_id(settings, root)
+            if not settings.secret:
+                env["HETOBS_SECRET"] = store_secret(job_path(root, env["HETOBS_JOB_ID"]), secrets.token_hex(32))
+    except UntrustedJobDir as e:
+        out.error(str(e))
+        raise typer.Exit(int(ExitCode.USAGE)) from None
+    except OSError as e:
+        out.error(f"cannot prepare the job directory under {root}: {e.strerror or e} (is HETOBS_DIR / --dir right?)")
+        raise typer.Exit(int(ExitCode.INTERNAL)) from None
     kind = preload
     if kind == "auto":
         kind = "mpi" if os.path.basename(cmd[0]) in _MPI_LAUNCHERS else "none"
@@ -101,7 +143,13 @@ def run(
 
         lib = library_path(kind)
     argv, env = build_command(cmd, env, lib, kind)
-    out.message(f"hetobs: job {env['HETOBS_JOB_ID']}; dumps under {env['HETOBS_DIR']}/{env['HETOBS_JOB_ID']}; "
-                f"diagnose with: hetobs diagnose --job {env['HETOBS_JOB_ID']}")
+    if one_task_of:
+        if launch.rank == 0 and not settings.secret:  # once per job, not once per task
+            out.warning(f"hetobs run is one of {one_task_of} tasks here ({launch.source}): no secret made, since "
+                        "the tasks could not agree on one (handshakes are keyed by the job id); set HETOBS_SECRET, "
+                        "or start hetobs run once, around the launcher")
+    else:
+        out.message(f"hetobs: job {env['HETOBS_JOB_ID']}; dumps under {root}/{env['HETOBS_JOB_ID']}; "
+                    f"diagnose with: hetobs diagnose --job {env['HETOBS_JOB_ID']}")
     sys.stderr.flush()
     os.execvpe(argv[0], argv, env)

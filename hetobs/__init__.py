@@ -28,37 +28,41 @@ class Store(Protocol):
     def get(self, key: str) -> bytes: ...
 
 
-def _env_int(name: str, value: int | None) -> int:
-    if value is not None:
-        return int(value)
-    raw = os.environ.get(name)
-    if raw is None:
-        raise ValueError(f"{name} is not set: pass {name.lower()}= to hetobs.init() or launch with torchrun/mpirun")
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r}: expected an integer") from None
+def _launch_int(name: str, given: int | None, found: int | None) -> int:
+    if given is not None:
+        return int(given)
+    if found is None:
+        raise ValueError(f"{name} is not set: pass {name.lower()}= to hetobs.init() or launch with torchrun, "
+                         "srun or mpirun")
+    return found
 
 
 def init(*, rank: int | None = None, world_size: int | None = None, master_addr: str | None = None,
          master_port: int | None = None, store: Store | None = None) -> "Communicator":
     """Join the job and return the world communicator.
 
+    Rank and world size come from the arguments, else the launcher (torchrun's RANK and
+    WORLD_SIZE, srun's SLURM_PROCID and SLURM_NTASKS, mpirun's: hetobs.config.launch_from_env;
+    what srun or mpirun implied is set in os.environ under torchrun's names where unset).
     Rendezvous uses `store` when given (e.g. a torch TCPStore), else MASTER_ADDR/MASTER_PORT
-    where rank 0 hosts a short-lived authenticated rendezvous during start-up only.
+    (under srun: the step's first host and a port derived from the step) where rank 0 hosts a
+    short-lived authenticated rendezvous during start-up only.
     """
     from .comm import Communicator
+    from .config import export_launch_env
 
-    rank = _env_int("RANK", rank)
-    size = _env_int("WORLD_SIZE", world_size)
+    # Exported (where unset) so the native listener binds toward the same MASTER_ADDR.
+    launch = export_launch_env()
+    rank = _launch_int("RANK", rank, launch.rank)
+    size = _launch_int("WORLD_SIZE", world_size, launch.world_size)
     endpoint = _endpoint(rank, size)
     if store is not None:
         # A generated id differs per rank until rank 0's is adopted: it cannot name the keys.
         prefix = "hetobs/card/" if endpoint.job_id_generated else f"hetobs/{endpoint.job_id}/card/"
         native = _connect_through_store(endpoint, store, prefix, rank, size)
     else:
-        addr = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
-        port = _env_int("MASTER_PORT", master_port)
+        addr = master_addr or launch.master_addr or "127.0.0.1"
+        port = _launch_int("MASTER_PORT", master_port, launch.master_port)
         native = endpoint.native.rendezvous(addr, port)
         _lifecycle.install()  # the runtime may have started only now (agreed job id)
     return Communicator(native)
@@ -75,8 +79,11 @@ class _Endpoint:
         return str(self.native.job_id)
 
 
-def _endpoint(rank: int, size: int) -> _Endpoint:
-    """This process's native endpoint (listener, watchdog runtime) for a group of `size`."""
+def _endpoint(rank: int, size: int, timeout: float | None = None) -> _Endpoint:
+    """This process's native endpoint (listener, watchdog runtime) for a group of `size`.
+
+    `timeout`: seconds each op of its communicator may wait on a peer (default HETOBS_TIMEOUT).
+    """
     from . import _core
     from .config import from_env
 
@@ -84,7 +91,8 @@ def _endpoint(rank: int, size: int) -> _Endpoint:
         raise ValueError(f"RANK={rank}, WORLD_SIZE={size}: need 0 <= RANK < WORLD_SIZE")
     s = from_env()
     _core.set_log_level(s.debug)
-    native = _core.Endpoint(rank, size, s.job_id, s.secret, s.transport, s.timeout, s.connect_timeout,
+    native = _core.Endpoint(rank, size, s.job_id, s.secret, s.transport, s.timeout if timeout is None else timeout,
+                            s.connect_timeout,
                             s.small_bytes, s.dir, s.hang_timeout, s.abort_on_hang, s.dump_signal, s.records,
                             s.watchdog, s.bw_log, s.bw_log_interval, s.bw_log_file,
                             job_id_generated=s.job_id_generated)
@@ -96,14 +104,17 @@ def _connect_through_store(endpoint: _Endpoint, store: Store, prefix: str, rank:
                            comm_id: int = 0, world_ranks: list[int] | None = None) -> Any:
     """Exchange rank cards through `store` under `prefix`, then connect.
 
-    For the world (comm_id 0) rank 0 first hands out its job id; each rank adopts it before
-    publishing its card, so no peer dials this rank before its listener knows the agreed key.
+    Rank 0 first hands out the job id and each rank adopts it before publishing its card, so
+    no peer dials this rank before its listener knows the agreed key. Every communicator has
+    an endpoint of its own, whose generated id is its own: for a group made after the world
+    (torch's new_group) rank 0 hands out the id its process already runs under, the world's,
+    so every group of the job keys its handshakes alike and writes into one job directory.
     """
-    if comm_id == 0:
-        if rank == 0:
-            store.set(prefix + "job", endpoint.job_id.encode())
-        endpoint.native.adopt_job_id(bytes(store.get(prefix + "job")).decode())
-        _lifecycle.install()
+    if rank == 0:
+        info = _core_runtime_info()
+        store.set(prefix + "job", str(info["job"] if info else endpoint.job_id).encode())
+    endpoint.native.adopt_job_id(bytes(store.get(prefix + "job")).decode())
+    _lifecycle.install()
     # Peers on other hosts must be able to dial the address in the card: the one this host
     # uses toward the rendezvous host (torch's MASTER_ADDR), not the loopback default.
     master = os.environ.get("MASTER_ADDR", "").strip()
@@ -112,6 +123,13 @@ def _connect_through_store(endpoint: _Endpoint, store: Store, prefix: str, rank:
     store.set(prefix + str(rank), endpoint.native.card())
     cards = [bytes(store.get(prefix + str(r))) for r in range(size)]
     return endpoint.native.connect(cards, comm_id, world_ranks or [])
+
+
+def _core_runtime_info() -> dict[str, Any] | None:
+    from . import _core
+
+    info = _core.runtime_info()
+    return dict(info) if info is not None else None
 
 
 def records() -> list[dict[str, Any]]:

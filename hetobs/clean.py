@@ -4,9 +4,10 @@ A rank killed by the scheduler (the usual end of a hung job) never removes its s
 segment (/dev/shm/hetobs-stats-<job>-r<rank>, about 1 MiB of RAM each), a transport
 segment it made but had not yet shared, or its control socket (/tmp/hetobs-<uid>/*.sock).
 `clean()` removes exactly those whose process is gone, and never a live one's:
-- a stats segment names its pid and that process's start time (/proc/<pid>/stat field
-  22), so a pid recycled by another process is not mistaken for the rank; /dev/shm is
-  memory, emptied at boot, so nothing in it is older than this boot;
+- a stats segment names its pid, that process's start time (/proc/<pid>/stat field 22)
+  and the machine's boot id, so neither a pid recycled by another process nor one of an
+  earlier boot (a /dev/shm that outlived a reboot, as a persistent container mount can)
+  is mistaken for the rank;
 - a transport segment's name carries its creator's pid; it is stale when that pid is
   gone, or when the process with that pid started after the segment was made;
 - a control socket is stale when connecting to it is refused: nothing listens there.
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .ownership import not_ours
-from .stats import StatsError, read_segment
+from .stats import StatsError, other_boot, read_segment
 
 __all__ = ["Leftover", "CleanResult", "clean", "control_socket_dir"]
 
@@ -92,6 +93,8 @@ def _stats_segment_gone(path: str, proc: str) -> Optional[str]:
         s = read_segment(path, proc=proc)
     except StatsError:
         return None  # not one we can read (another layout version, being created): not judged
+    if other_boot(s.boot_id, proc):
+        return f"pid {s.pid} (rank {s.rank} of job {s.job}) ran in an earlier boot of this machine"
     if s.process == "dead":
         return f"pid {s.pid} (rank {s.rank} of job {s.job}) is gone"
     if s.process == "reused":

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 import uuid
+import zlib
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping, MutableMapping
 
-__all__ = ["Settings", "SETTINGS", "NUMBER_SETTINGS", "SettingError", "from_env", "check_timeout"]
+__all__ = ["Settings", "SETTINGS", "NUMBER_SETTINGS", "SettingError", "from_env", "check_timeout", "Launch",
+           "launch_from_env", "export_launch_env", "expand_hostlist"]
 
 
 class SettingError(ValueError):
@@ -29,9 +32,10 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("HETOBS_JOB_ID", "SLURM_JOB_ID, TORCHELASTIC_RUN_ID (not \"none\"), else made by rank 0",
+    Setting("HETOBS_JOB_ID", "SLURM_JOB_ID[.SLURM_STEP_ID], TORCHELASTIC_RUN_ID (not \"none\"), else made by rank 0",
             "Job identity: names the job directory and authenticates handshakes when no secret is set. "
-            "Without one, rank 0 makes an id and hands it to the other ranks at rendezvous (it logs it; "
+            "Under srun the step id is part of it (1234.0, 1234.1: two steps of one allocation never share "
+            "dumps). Without one, rank 0 makes an id and hands it to the other ranks at rendezvous (it logs it; "
             "`hetobs jobs` lists the jobs)."),
     Setting("HETOBS_DIR", "<tmp>/hetobs-<uid>", "Root of job directories; point it at shared storage on a cluster."),
     Setting("HETOBS_TRANSPORT", "auto", "auto (shared memory within a host, TCP across), shm, or tcp."),
@@ -39,7 +43,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Interface whose IPv4 address the rank's listeners bind and advertise (NCCL_SOCKET_IFNAME's form: "
             "a prefix such as eth, =eth0 for an exact name, ^docker,lo to exclude, comma lists). Unset: the "
             "address the kernel uses toward MASTER_ADDR; 0.0.0.0 only when MASTER_ADDR is unset too."),
-    Setting("HETOBS_SECRET", "(unset)", "Shared secret: every handshake is authenticated with HMAC-SHA256 over a nonce."),
+    Setting("HETOBS_SECRET", "(unset; hetobs run makes one)",
+            "Shared secret: every handshake is authenticated with HMAC-SHA256 over a nonce. `hetobs run` without "
+            "one makes a fresh one and stores it in the job directory (file `secret`, 0600), where `hetobs dump`, "
+            "`diagnose` and the other commands of the job's owner find it when their environment has none."),
     Setting("HETOBS_TIMEOUT", "600", "Seconds an op may wait on a peer before it fails with a timeout naming that peer (inf: never; NaN and negatives are refused, as for every timeout)."),
     Setting("HETOBS_CONNECT_TIMEOUT", "60", "Seconds to wait for rendezvous and connections at start-up (inf: never)."),
     Setting("HETOBS_CONNECT_RETRIES", "100", "Attempts per connection (rendezvous, data links, side channel) before it fails naming the peer, its address and the attempts; back-off doubles from 10 ms to 1 s with jitter, HETOBS_CONNECT_TIMEOUT bounds it all (BCCL_IB_CONNECT_RETRY_CNT's role)."),
@@ -94,6 +101,7 @@ class Settings:
     relay_slots: int = 16
     connect_retries: int = 100  # read by the native core itself (common/env_config.cc netSettings)
     reconnect_timeout: float = 30.0
+    job_id_from: str = ""  # the variable job_id came from (_job_id), "generated" when made here
 
 
 @dataclass(frozen=True)
@@ -193,27 +201,209 @@ def _signal(env: Mapping[str, str], name: str) -> int:
 _PLACEHOLDER_IDS = ("none",)
 
 
-def _job_id(env: Mapping[str, str]) -> tuple[str, bool]:
-    """(id, generated). A generated id is this rank's own until rank 0's is adopted at rendezvous."""
+def slurm_step(env: Mapping[str, str]) -> str | None:
+    """The srun step this process is a task of (SLURM_STEP_ID, or the older SLURM_STEPID), else None.
+
+    A batch script or an salloc shell has a job id but no step: it is not one of the job's tasks.
+    """
+    for name in ("SLURM_STEP_ID", "SLURM_STEPID"):
+        value = env.get(name, "").strip()
+        if value:
+            return value
+    return None
+
+
+def _job_id(env: Mapping[str, str]) -> tuple[str, str]:
+    """(id, where from: a variable's name, "SLURM_JOB_ID.SLURM_STEP_ID" or "generated").
+
+    A generated id is this rank's own until rank 0's is adopted at rendezvous. Kept equal to
+    csrc/src/common/env_config.cc readEnvSettings (the interposers read it there).
+    """
     for name in ("HETOBS_JOB_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
         value = env.get(name, "").strip()
         if name == "TORCHELASTIC_RUN_ID" and value.lower() in _PLACEHOLDER_IDS:
             continue
-        if value:
-            if "/" in value or value in (".", "..") or len(value) > 128:
-                raise SettingError(f"{name}={value!r}: a job id must be a plain name (no '/', at most 128 chars)")
-            return value, False
-    return uuid.uuid4().hex[:12], True
+        if not value:
+            continue
+        source = name
+        step = slurm_step(env) if name == "SLURM_JOB_ID" else None
+        if step is not None:
+            # One id per step: two sruns of one allocation (or a job's retries) keep their dumps apart.
+            value, source = f"{value}.{step}", "SLURM_JOB_ID.SLURM_STEP_ID"
+        if "/" in value or value in (".", "..") or len(value) > 128:
+            raise SettingError(f"{name}={value!r}: a job id must be a plain name (no '/', at most 128 chars)")
+        return value, source
+    return uuid.uuid4().hex[:12], "generated"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Where this process sits in its job, as its launcher said (None: not said).
+
+    `source`: "env" (RANK/WORLD_SIZE, as torchrun or a user sets them), "slurm" (a task of an
+    srun step), "openmpi" or "pmi" (mpirun of Open MPI, MPICH/Hydra), or "" (no launcher).
+    """
+
+    source: str
+    rank: int | None = None
+    world_size: int | None = None
+    local_rank: int | None = None
+    node_rank: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+
+
+# (source, rank, world size, local rank, node rank) variables of each launcher, in the order
+# they are tried (the NCCL interposer's worldFromEnv, csrc/interpose/nccl/nccl_state.cc, tries
+# the same): an explicit RANK wins (torchrun run under srun sets it for its workers).
+_LAUNCHERS = (
+    ("env", "RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK"),
+    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_NODE_RANK"),
+    ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", None),
+    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID"),
+)
+# Derived rendezvous ports stay below Linux's ephemeral range (32768-60999), where outgoing
+# connections take theirs.
+_SLURM_PORT_BASE, _SLURM_PORT_SPAN = 20000, 12000
+
+
+def _int_var(env: Mapping[str, str], name: str | None) -> int | None:
+    if name is None:
+        return None
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingError(f"{name}={raw!r}: expected an integer") from None
+    if value < 0:
+        raise SettingError(f"{name}={raw!r}: expected an integer >= 0")
+    return value
+
+
+def launch_from_env(env: Mapping[str, str] | None = None) -> Launch:
+    """This process's place in the job from its launcher's variables (SettingError naming a bad one).
+
+    srun's variables count only inside a step (SLURM_STEP_ID set): a batch script sees
+    SLURM_PROCID=0 and SLURM_NTASKS=N too, but it is no rank of the N. Under srun,
+    MASTER_ADDR defaults to the first host of the step's node list (rank 0 runs there) and
+    MASTER_PORT to a port derived from the job and step ids, the same on every task.
+    """
+    env = os.environ if env is None else env
+    for source, rank_var, size_var, local_var, node_var in _LAUNCHERS:
+        if not env.get(rank_var, "").strip() and not env.get(size_var, "").strip():
+            continue
+        if source == "slurm" and slurm_step(env) is None:
+            continue
+        rank, size = _int_var(env, rank_var), _int_var(env, size_var)
+        if source == "slurm" and size is None:
+            size = _int_var(env, "SLURM_STEP_NUM_TASKS")
+        master_addr = env.get("MASTER_ADDR", "").strip() or None
+        master_port = _int_var(env, "MASTER_PORT")
+        if source == "slurm":
+            master_addr = master_addr or _first_slurm_host(env)
+            if master_port is None:
+                step_id = f"{env.get('SLURM_JOB_ID', '').strip()}.{slurm_step(env)}"
+                master_port = _SLURM_PORT_BASE + zlib.crc32(step_id.encode()) % _SLURM_PORT_SPAN
+        return Launch(source, rank, size, _int_var(env, local_var), _int_var(env, node_var), master_addr,
+                      master_port)
+    return Launch("", master_addr=env.get("MASTER_ADDR", "").strip() or None,
+                  master_port=_int_var(env, "MASTER_PORT"))
+
+
+def _first_slurm_host(env: Mapping[str, str]) -> str | None:
+    for name in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+        raw = env.get(name, "").strip()
+        if raw:
+            try:
+                return next(expand_hostlist(raw))
+            except (ValueError, StopIteration) as e:
+                raise SettingError(f"{name}={raw!r}: not a Slurm host list ({e or 'empty'})") from None
+    return None
+
+
+def export_launch_env(env: MutableMapping[str, str] | None = None) -> Launch:
+    """Set torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) that a
+    launcher other than torchrun implies and nobody set, so torch's env:// rendezvous works
+    under srun or mpirun unchanged. Variables already set are kept. Returns the launch read."""
+    env = os.environ if env is None else env
+    launch = launch_from_env(env)
+    if launch.source in ("", "env"):
+        return launch
+    for name, value in (("RANK", launch.rank), ("WORLD_SIZE", launch.world_size), ("LOCAL_RANK", launch.local_rank),
+                        ("MASTER_ADDR", launch.master_addr), ("MASTER_PORT", launch.master_port)):
+        if value is not None and not env.get(name, "").strip():
+            env[name] = str(value)
+    return launch
+
+
+_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+
+
+def expand_hostlist(text: str) -> Iterator[str]:
+    """The host names of a Slurm host list, in order ("node[01-03,07],gpu1" -> node01, node02,
+    node03, node07, gpu1). Brackets hold comma lists of numbers and ranges, zero padding kept;
+    several bracket groups in one name multiply ("r[1-2]n[1-2]"). ValueError if malformed: the
+    list's brackets are checked at once, its names made as they are taken (a list of a whole
+    cluster need not be expanded for its first host)."""
+    for item in _split_top(text):
+        yield from _expand_item(item)
+
+
+def _split_top(text: str) -> list[str]:
+    """`text` split at the commas outside brackets."""
+    items, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c == "[":
+            depth += 1
+            if depth > 1:
+                raise ValueError("nested '['")
+        elif c == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError("']' without '['")
+        elif c == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError("'[' without ']'")
+    items.append(text[start:])
+    return [item for item in items if item]
+
+
+def _expand_item(item: str) -> Iterator[str]:
+    open_at = item.find("[")
+    if open_at < 0:
+        if not item.strip() or any(c.isspace() for c in item):
+            raise ValueError(f"bad host name {item!r}")
+        yield item
+        return
+    close_at = item.index("]", open_at)
+    prefix, body, rest = item[:open_at], item[open_at + 1:close_at], item[close_at + 1:]
+    for part in body.split(","):
+        m = _RANGE.fullmatch(part.strip())
+        if not m:
+            raise ValueError(f"bad range {part!r} in {item!r}")
+        lo, hi = m.group(1), m.group(2) or m.group(1)
+        if int(hi) < int(lo):
+            raise ValueError(f"range {part!r} runs backwards")
+        width = len(lo)
+        for n in range(int(lo), int(hi) + 1):
+            for tail in _expand_item(rest) if rest else ("",):
+                yield f"{prefix}{n:0{width}d}{tail}"
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
     """Read and validate every setting (raises SettingError naming the variable)."""
     env = os.environ if env is None else env
-    job_id, generated = _job_id(env)
+    job_id, job_id_from = _job_id(env)
     _number(env, "HETOBS_SHM_SINGLE_COPY_BYTES")  # read by the native core (env_config.cc); refused here first
     return Settings(
         job_id=job_id,
-        job_id_generated=generated,
+        job_id_generated=job_id_from == "generated",
+        job_id_from=job_id_from,
         dir=env.get("HETOBS_DIR", "") or os.path.join(tempfile.gettempdir(), f"hetobs-{os.getuid()}"),
         transport=_choice(env, "HETOBS_TRANSPORT", "auto", ("auto", "shm", "tcp")),
         secret=env.get("HETOBS_SECRET", ""),

@@ -7,6 +7,7 @@ rank's side channel, so it reaches every host and works with any rank stopped.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -16,10 +17,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ownership import UntrustedJobDir, check_job_dir
+from .ownership import UntrustedJobDir, check_job_dir, unsafe_dir
 
 __all__ = ["JobNotFound", "RankFile", "OnDemandResult", "JobSummary", "job_path", "read_ranks", "request_dump",
-           "list_jobs", "rank_state"]
+           "list_jobs", "rank_state", "SECRET_FILE", "read_secret", "store_secret", "job_secret", "make_job_dir"]
+
+# The job's secret as `hetobs run` made it, in the job directory (0600, its owner's only).
+SECRET_FILE = "secret"
+_SECRET_MAX = 1024
 
 
 class JobNotFound(FileNotFoundError):
@@ -90,6 +95,102 @@ def _read_rank_files(folder: Any, ranks_dir: str) -> dict[int, RankFile]:
     return out
 
 
+def _secret_problem(st: os.stat_result, trust: bool) -> str | None:
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if not trust and st.st_uid != os.geteuid():
+        return f"is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    if not trust and st.st_mode & 0o077:
+        return f"is open to group or others (mode {stat.S_IMODE(st.st_mode):04o}, not 0600)"
+    return None
+
+
+def read_secret(job_dir: str, *, trust: bool = False) -> str | None:
+    """The secret `hetobs run` stored in `job_dir`, or None when it holds none.
+
+    Raises UntrustedJobDir (naming the file) for one that may be planted: a link, not a
+    regular file, another user's, or open to group or others; also for one this user cannot
+    read (another user's job). `trust` (--trust-dir) accepts another owner, never a link.
+    """
+    path = os.path.join(job_dir, SECRET_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UntrustedJobDir(f"{path}: the job's secret is a symbolic link: not followed (it may be "
+                                  "planted)") from None
+        raise UntrustedJobDir(f"{path}: the job's secret cannot be read ({e.strerror}): only the job's owner "
+                              "can reach its ranks") from None
+    try:
+        why = _secret_problem(os.fstat(fd), trust)
+        if why:
+            raise UntrustedJobDir(f"{path}: the job's secret {why}: not used (it may be planted)")
+        raw = os.read(fd, _SECRET_MAX + 1)
+    finally:
+        os.close(fd)
+    text = raw.decode("ascii", errors="replace").strip()
+    if not text or len(raw) > _SECRET_MAX or not text.isprintable():
+        raise UntrustedJobDir(f"{path}: not a hetobs secret (empty, over {_SECRET_MAX} bytes or not text)")
+    return text
+
+
+def _refuse_unsafe(path: str, shared: bool) -> None:
+    why = unsafe_dir(path, shared_root=shared)
+    if why:
+        raise UntrustedJobDir(f"{path}: directory {why}: hetobs writes nothing there (remove it, or point "
+                              "HETOBS_DIR at a directory of your own)")
+
+
+def make_job_dir(job_dir: str) -> bool:
+    """Make `job_dir` (0700; HETOBS_DIR too if absent) and check both as the ranks check them
+    (csrc/src/observe/job_dir.cc): HETOBS_DIR ours or a sticky root's, the job directory ours,
+    a real directory, writable by no one else. True when it was made now, False when it was
+    there. Raises UntrustedJobDir naming what was refused, OSError when it cannot be made."""
+    root = os.path.dirname(job_dir)
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    _refuse_unsafe(root, shared=True)
+    try:
+        os.mkdir(job_dir, 0o700)
+        made = True
+    except FileExistsError:
+        made = False
+    _refuse_unsafe(job_dir, shared=False)
+    return made
+
+
+def store_secret(job_dir: str, secret: str) -> str:
+    """Keep `secret` in `job_dir` for the job's owner (file `secret`, 0600) and return the one in use.
+
+    The job directory is made as make_job_dir makes it. A job id started again keeps the
+    secret it has. Raises UntrustedJobDir naming what was refused, OSError when it cannot be written.
+    """
+    make_job_dir(job_dir)
+    kept = read_secret(job_dir)
+    if kept is not None:
+        return kept
+    path = os.path.join(job_dir, SECRET_FILE)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:  # another `hetobs run` of this job id made it first: use theirs
+        return read_secret(job_dir) or secret
+    try:
+        os.write(fd, (secret + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return secret
+
+
+def job_secret(job_dir: str, *, trust: bool = False) -> str:
+    """The key to sign requests to the job's ranks with: HETOBS_SECRET when the caller has it,
+    else the secret stored in the job directory, else "" (the job id is the key)."""
+    from .config import from_env
+
+    return from_env().secret or read_secret(job_dir, trust=trust) or ""
+
+
 @dataclass(frozen=True)
 class JobSummary:
     """One job directory under HETOBS_DIR, as `hetobs jobs` lists it."""
@@ -113,7 +214,8 @@ def _int(value: Any) -> int | None:
 
 def rank_state(data: dict[str, Any], host: str, proc: str = "/proc") -> str:
     """'exited' (marked exited_cleanly), 'running' or 'stopped' (its process is there), 'dead'
-    (gone without a clean exit), or 'unknown' (another host: its process cannot be looked at)."""
+    (gone without a clean exit, or recorded in an earlier boot of this host), or 'unknown'
+    (another host: its process cannot be looked at)."""
     from .stats import process_state
 
     if data.get("exited_cleanly") is True:
@@ -121,7 +223,9 @@ def rank_state(data: dict[str, Any], host: str, proc: str = "/proc") -> str:
     pid = _int(data.get("pid"))
     if data.get("host") != host or pid is None or pid <= 0:
         return "unknown"
-    state = process_state(pid, _int(data.get("process_start_time")) or 0, proc)
+    boot = data.get("boot_id")
+    state = process_state(pid, _int(data.get("process_start_time")) or 0, proc,
+                          boot=boot if isinstance(boot, str) else None)
     return {"alive": "running", "stopped": "stopped", "dead": "dead", "reused": "dead"}.get(state, "unknown")
 
 
@@ -184,12 +288,13 @@ def request_dump(job_dir: str, *, secret: str | None = None, timeout: float = 10
     """Ask every live rank of the job to dump now, into one new incident; wait (bounded) for the files.
 
     Ranks marked exited_cleanly are skipped. Each rank's answer comes from its own side
-    channel; a stopped or dead rank shows up in `unanswered`.
+    channel; a stopped or dead rank shows up in `unanswered`. Requests are signed with
+    `secret`, by default job_secret's (the caller's HETOBS_SECRET, else the job's stored one).
     """
     from . import _core
 
     ranks = read_ranks(job_dir, trust=trust)
-    secret = os.environ.get("HETOBS_SECRET", "") if secret is None else secret
+    secret = job_secret(job_dir, trust=trust) if secret is None else secret
     incident = f"ondemand-{int(time.time() * 1000)}-{secrets.token_hex(2)}"
     result = OnDemandResult(incident)
     request = f"dump\n{incident}\non_demand\n-1\n{cause}"

@@ -86,3 +86,7 @@ def check_job_dir(job_dir: str, *, trust: bool = False) -> None:
     why = job_dir_not_ours(st)
     if why:
         raise UntrustedJobDir(f"{job_dir}: {untrusted_job_dir_text(why)}")
+    if not os.access(job_dir, os.R_OK | os.X_OK):  # root's 0700 job, read by another user
+        raise UntrustedJobDir(f"{job_dir}: job directory cannot be read by this user (uid {os.geteuid()}; it is "
+                              f"uid {st.st_uid}'s, mode {stat.S_IMODE(st.st_mode):04o}): only the job's owner can "
+                              "reach its ranks")

@@ -2,8 +2,9 @@
 
 The reader never locks the writer: communicator stats and records carry a seqlock
 (odd while written), so a copy is retried until two reads of the version agree.
-A segment whose process is gone, or whose pid now belongs to another process
-(start time differs), is reported `stale` rather than trusted.
+A segment whose process is gone, whose pid now belongs to another process (start time
+differs), or that was made in another boot of the machine (boot id differs: the pid
+then means nothing), is reported `stale` rather than trusted.
 """
 
 from __future__ import annotations
@@ -20,18 +21,20 @@ from .ownership import not_ours
 
 __all__ = [
     "StatsError", "RankStats", "CommStats", "LinkStats", "OpKindStats", "read_segment", "segment_paths",
-    "process_state", "OP_KINDS", "LATENCY_BUCKETS", "BANDWIDTH_BUCKETS", "IslandTotals", "ISLAND_PHASES",
+    "process_state", "OP_KINDS", "LATENCY_BUCKETS", "BANDWIDTH_BUCKETS", "IslandTotals", "ISLAND_PHASES", "boot_id",
+    "other_boot",
 ]
 
 MAGIC = b"HTBSTATS"
-VERSION = 4  # 2: island fields in the header and in each op record; 3: a CommStats slot for relay ops;
-# 4: each op record names its device and library
+VERSION = 5  # 2: island fields in the header and in each op record; 3: a CommStats slot for relay ops;
+# 4: each op record names its device and library; 5: the header's boot id
 OP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier", "send",
             "recv", "gather", "scatter", "relay")
 # Versions read, with the op kinds each one's CommStats counts: only comm_bytes grew from 2
 # to 3 (and comms are stepped by comm_bytes), so a segment of a rank still on the older
-# build reads the same, without relay counts.
-_OP_KINDS_OF_VERSION = {2: 11, 3: len(OP_KINDS), 4: len(OP_KINDS)}
+# build reads the same, without relay counts. 5 appended the header's boot id (older
+# segments: their boot is not known, and not judged).
+_OP_KINDS_OF_VERSION = {2: 11, 3: len(OP_KINDS), 4: len(OP_KINDS), 5: len(OP_KINDS)}
 LATENCY_BUCKETS = 24  # bucket b: duration < 2**b microseconds (the last one: everything above)
 BANDWIDTH_BUCKETS = 20  # bucket b: busbw < 2**b MB/s (the last one: everything above)
 _DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
@@ -44,6 +47,7 @@ ISLAND_PHASES = ("vendor", "d2h", "wire", "h2d")
 # (offset, struct format) of the header fields read here; tests check them against the C++ offsets.
 _HEADER = struct.Struct("<8sII" "IIIIII" "QQQQ" "iiii" "Q" "64s64s" "d" "qq" "QQQ" "III" "I" "q" "16s" "QQQQ" "QQ")
 _HEADER_V4 = struct.Struct("<16s16s")  # version 4: the island's device and library, after _HEADER
+_HEADER_V5 = struct.Struct("<40s")  # version 5: the boot id, after _HEADER_V4
 _HEADER_FIELDS = (
     "magic", "version", "header_bytes",
     "comm_capacity", "comm_bytes", "link_capacity", "link_bytes", "record_capacity", "record_bytes",
@@ -147,6 +151,7 @@ class RankStats:
     island_device: str = ""   # its device type (cuda, npu, standin, cpu); "" before layout 4
     island_library: str = ""  # the collective library inside it (nccl, hccl, sccl, gloo, hetobs)
     island_totals: IslandTotals | None = None  # None when `island` is ""
+    boot_id: str = ""  # the machine's boot the segment was made in ("" before layout 5: not known)
 
     @property
     def stale(self) -> bool:
@@ -154,8 +159,31 @@ class RankStats:
         return self.process in ("dead", "reused")
 
 
-def process_state(pid: int, start_ticks: int, proc: str = "/proc") -> str:
-    """'alive', 'stopped' (SIGSTOP / traced), 'dead', 'reused' (pid now another process) or 'unknown'."""
+def boot_id(proc: str = "/proc") -> str:
+    """This machine's boot id ("" when it cannot be read)."""
+    try:
+        with open(f"{proc}/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def other_boot(boot: str | None, proc: str = "/proc") -> bool:
+    """True when `boot` (a recorded boot id) is known and not this boot's: its pids mean nothing now."""
+    if not boot:
+        return False
+    current = boot_id(proc)
+    return bool(current) and current != boot
+
+
+def process_state(pid: int, start_ticks: int, proc: str = "/proc", boot: str | None = None) -> str:
+    """'alive', 'stopped' (SIGSTOP / traced), 'dead', 'reused' (pid now another process) or 'unknown'.
+
+    `boot`: the boot id the pid was recorded in, when known; another boot's process is 'dead'
+    (after a reboot a pid, even with equal start ticks, is some other process).
+    """
+    if other_boot(boot, proc):
+        return "dead"
     try:
         with open(f"{proc}/{pid}/stat", "rb") as f:
             raw = f.read().decode(errors="replace")
@@ -313,14 +341,15 @@ def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankSta
         recs = list(_records(buf, h, offset_ns, records)) if records else []
         island = _cstr(h["island"])
         device, library = _HEADER_V4.unpack_from(buf, _HEADER.size) if h["version"] >= 4 else (b"", b"")
+        boot = _cstr(_HEADER_V5.unpack_from(buf, _HEADER.size + _HEADER_V4.size)[0]) if h["version"] >= 5 else ""
         return RankStats(
             path=path, job=_cstr(h["job"]), rank=h["rank"], world_size=h["world_size"], pid=h["pid"],
             host=_cstr(h["host"]), process_start_ticks=h["process_start_ticks"], hang_timeout_s=h["hang_timeout_s"],
             heartbeat_ns=h["heartbeat_ns"], last_progress_ns=h["last_progress_ns"],
             hangs_detected=h["hangs_detected"], dumps_written=h["dumps_written"], exited_cleanly=h["state"] == 1,
-            process=process_state(h["pid"], h["process_start_ticks"], proc), comms=comms, links=links,
+            process=process_state(h["pid"], h["process_start_ticks"], proc, boot=boot), comms=comms, links=links,
             records=recs, island=island, island_device=_cstr(device) if island else "",
-            island_library=_cstr(library) if island else "",
+            island_library=_cstr(library) if island else "", boot_id=boot,
             island_totals=IslandTotals({p: h[f"island_{p}_ns"] for p in ISLAND_PHASES}, h["island_chunks"],
                                        h["island_ops"]) if island else None)
     except struct.error as e:

@@ -33,7 +33,8 @@ class RankRun:
 class InlineJob:
     def __init__(self, body: str, world: int, tmp: Path, *, env: Mapping[str, str] | None = None,
                  rank_env: Mapping[int, Mapping[str, str]] | None = None, transport: str = "shm",
-                 prefix: Sequence[Sequence[str]] | None = None, master_addr: str = "127.0.0.1") -> None:
+                 prefix: Sequence[Sequence[str]] | None = None, master_addr: str = "127.0.0.1",
+                 unset: Sequence[str] = ()) -> None:
         self.job_id = f"i{uuid.uuid4().hex[:11]}"
         self.dir = tmp / "hetobs"
         self.procs: list[subprocess.Popen[str]] = []
@@ -46,6 +47,8 @@ class InlineJob:
             e.pop("HETOBS_SECRET", None)
             e.update(env or {})
             e.update((rank_env or {}).get(r, {}))
+            for name in unset:  # e.g. the torchrun variables, for a job that another launcher's must start
+                e.pop(name, None)
             argv = [*(prefix[r] if prefix else []), sys.executable, "-c", body]
             self.procs.append(subprocess.Popen(argv, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                text=True, start_new_session=True))

@@ -1024,3 +1024,24 @@ def test_an_error_dump_of_another_event_is_not_borrowed(tmp_path: Path) -> None:
     assert rep.incident == "error-c0-s3"  # the latest
     assert not any("is used" in n for n in rep.notes), rep.notes
     assert not any(v.kind.value == "transport_error" for v in faults(rep)), faults(rep)  # rank 0 has no dump here
+
+
+def test_rank_this_host_ran_in_an_earlier_boot_is_not_taken_for_alive(tmp_path: Path) -> None:
+    """A rank file of this host name from before a reboot: its pid (alive now, equal start time)
+    is another process, so the job does not look alive; a rank of this boot does."""
+    import socket
+
+    from hetobs.diagnosis.live import looks_alive
+    from hetobs.diagnosis.loader import load_job
+
+    proc = fake_proc(tmp_path / "proc", {1000 + r: ("S", 5000 + r) for r in range(2)})
+    now = local_key(proc)
+    earlier = "00000000-0000-4000-8000-000000000000:" + now.partition(":")[2]
+    for key, alive in ((now, True), (earlier, False)):
+        job = JobSpec(2, host_key=key, job=f"boot{alive}")
+        job.dumps = {0: None, 1: None}  # no dump yet: the ranks' files are all there is to judge by
+        for meta in job.metas.values():
+            assert meta is not None
+            meta["host"] = socket.gethostname()
+        options = Options(job_dir=job.write(tmp_path), proc_root=proc, host_key=None)
+        assert looks_alive(load_job(options), options) is alive

@@ -119,6 +119,9 @@ def test_diagnose_refuses_a_job_dir_of_another_user_unless_trusted(tmp_path: Pat
     report = json.loads(refused.stdout)
     assert report["status"] == "no_data"
     assert "--trust-dir" in refused.stderr and "owned by uid 65534" in refused.stderr, refused.stderr
+    # one line naming the refused directory, as dump, top, trace and plan say it
+    [line] = [ln for ln in refused.stderr.splitlines() if ln.startswith("error:")]
+    assert f"error: no usable data: {job_dir}: job directory is owned by uid 65534" in line, refused.stderr
     trusted = _diagnose(job.dir, job.job_id, "--trust-dir")
     assert trusted.returncode == 1, trusted.stderr  # the hang's fault, found in the trusted directory
     assert json.loads(trusted.stdout)["status"] == "fault"

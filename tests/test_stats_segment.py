@@ -56,7 +56,7 @@ def test_layout_matches_the_native_structs() -> None:
     from hetobs import _core
 
     native = _core.stats_layout()
-    assert native["sizeof.StatsHeader"] == stats._HEADER.size + stats._HEADER_V4.size
+    assert native["sizeof.StatsHeader"] == stats._HEADER.size + stats._HEADER_V4.size + stats._HEADER_V5.size
     assert native["sizeof.CommStats"] == stats._COMM_HEAD.size + len(stats.OP_KINDS) * stats._OPKIND.size
     assert native["sizeof.LinkStats"] == stats._LINK.size + stats._HEALTH.size
     assert native["LinkStats.health"] == stats._LINK.size  # appended: shorter-layout readers skip it
@@ -64,6 +64,7 @@ def test_layout_matches_the_native_structs() -> None:
     assert native["OpRecord.device"] == stats._RECORD.size  # version 4's names follow the older fields
     assert native["StatsHeader.island_device"] == stats._HEADER.size
     assert native["StatsHeader.island_library"] == stats._HEADER.size + 16
+    assert native["StatsHeader.boot_id"] == _boot_id_at()  # version 5's, after version 4's names
     assert native["OpRecord.library"] == native["OpRecord.device"] + 16
     # Field offsets the reader depends on, computed from its struct format.
     fmt = stats._HEADER.format
@@ -142,7 +143,7 @@ def test_other_version_is_refused_with_the_file_named(live_rank, tmp_path: Path,
     _, job = live_rank
     [path] = stats.segment_paths(job)
     bad = _damaged_copy(path, tmp_path, 8, struct.pack("<I", other))
-    want = rf"damaged-segment: stats layout version {other}, this hetobs reads versions 2, 3"
+    want = rf"damaged-segment: stats layout version {other}, this hetobs reads versions 2, 3, 4, 5"
     with pytest.raises(stats.StatsError, match=want):
         stats.read_segment(bad)
 
@@ -189,3 +190,53 @@ def test_reused_pid_is_stale(live_rank, tmp_path: Path) -> None:
     reused = _damaged_copy(path, tmp_path, off, struct.pack("<Q", 1))
     seg = stats.read_segment(reused)
     assert seg.process == "reused" and seg.stale
+
+
+def _boot_id_at() -> int:
+    return stats._HEADER.size + stats._HEADER_V4.size
+
+
+def test_segment_of_another_boot_is_stale_and_cleaned_while_the_pid_lives(live_rank, tmp_path: Path) -> None:
+    """After a reboot a pid (even with equal start ticks) is another process: the boot id says so."""
+    from hetobs.clean import clean
+
+    p, job = live_rank
+    [path] = stats.segment_paths(job)
+    here = stats.read_segment(path)
+    assert here.boot_id == stats.boot_id() and len(here.boot_id) == 36 and here.process == "alive"
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    earlier = _damaged_copy(path, tmp_path, _boot_id_at(), b"00000000-0000-4000-8000-000000000000")
+    os.replace(earlier, shm / os.path.basename(path))  # same name, same live pid and start ticks
+    seg = stats.read_segment(str(shm / os.path.basename(path)))
+    assert seg.pid == p.pid and seg.process == "dead" and seg.stale
+    result = clean(shm_dir=str(shm), socket_dir=str(tmp_path / "no-sockets"))
+    assert [(r.kind, r.why) for r in result.removed] == [
+        ("stats_segment", f"pid {p.pid} (rank 0 of job {job}) ran in an earlier boot of this machine")]
+    assert stats.read_segment(path).process == "alive"  # the live rank's own segment is untouched
+
+
+def test_a_version_4_segment_without_a_boot_id_is_judged_by_pid(live_rank, tmp_path: Path) -> None:
+    _, job = live_rank
+    [path] = stats.segment_paths(job)
+    raw = bytearray(Path(path).read_bytes())
+    raw[8:12] = struct.pack("<I", 4)
+    raw[_boot_id_at():_boot_id_at() + 40] = bytes(40)
+    old = tmp_path / "v4-segment"
+    old.write_bytes(bytes(raw))
+    seg = stats.read_segment(str(old))
+    assert seg.boot_id == "" and seg.process == "alive"
+
+
+def test_rank_file_carries_the_boot_id_and_another_boot_reads_dead(live_rank, tmp_path: Path) -> None:
+    import json
+    import socket
+
+    from hetobs.jobs import rank_state
+
+    p, job = live_rank
+    meta = json.loads((tmp_path / "hetobs" / job / "ranks" / "rank-0.json").read_text())
+    assert meta["boot_id"] == stats.boot_id() and meta["pid"] == p.pid
+    host = socket.gethostname()
+    assert rank_state(meta, host) == "running"
+    assert rank_state({**meta, "boot_id": "00000000-0000-4000-8000-000000000000"}, host) == "dead"

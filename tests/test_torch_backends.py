@@ -6,6 +6,9 @@ backend torch dispatches to) and as the Python fallback (HETOBS_TORCH_NATIVE=0).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -296,3 +299,38 @@ def test_instrument_refuses_what_is_not_an_external_comm() -> None:
     ext = _core.ExternalComm(99, [0], 0, 1, 0, "t")
     backend = _torch_ext.instrument(inner, ext._hooks(), "hetobs_gloo", False)
     assert backend.name() == "hetobs_gloo" and (backend.rank(), backend.size()) == (0, 1)
+
+
+GROUP_API = """
+import hetobs, torch, torch.distributed as dist
+dist.init_process_group("hetobs", store=dist.HashStore(), rank=0, world_size=1)
+g = dist.new_group([0])
+print("FUTURE", g.allreduce([torch.ones(2)]).get_future().wait()[0].tolist())  # no options: torch's defaults
+out = [[torch.zeros(2), torch.zeros(3)]]
+dist.all_gather_coalesced(out, [torch.ones(2), torch.full((3,), 2.0)], group=g)
+print("COALESCED", [t.tolist() for t in out[0]])
+for name, call in (("anysource", lambda: dist.recv(torch.zeros(1))),
+                   ("monitored", lambda: g.monitored_barrier()),
+                   ("sparse", lambda: dist.all_reduce(torch.ones(2).to_sparse()))):
+    try:
+        call()
+        print("NOERROR", name)
+    except ValueError as e:
+        print("REFUSED", name, e)
+dist.destroy_process_group(g)  # a Python group keeps its own name: this once failed ("ProcessGroup name not set")
+dist.destroy_process_group()
+print("DESTROYED")
+"""
+
+
+def test_native_group_direct_calls_coalesced_ops_and_clear_refusals(tmp_path: Path) -> None:
+    env = {**os.environ, "HETOBS_DIR": str(tmp_path), "HETOBS_DEBUG": "ERROR"}
+    run = subprocess.run([sys.executable, "-c", GROUP_API], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    assert lines[:2] == ["FUTURE [1.0, 1.0]", "COALESCED [[1.0, 1.0], [2.0, 2.0, 2.0]]"], run.stdout
+    refused = {ln.split(" ", 2)[1]: ln.split(" ", 2)[2] for ln in lines if ln.startswith("REFUSED")}
+    assert set(refused) == {"anysource", "monitored", "sparse"}, run.stdout
+    assert "recv from any source is not supported" in refused["anysource"]
+    assert "use barrier()" in refused["monitored"] and "dense tensors only" in refused["sparse"]
+    assert lines[-1] == "DESTROYED"

@@ -628,6 +628,7 @@ void registerComm(py::module_& m) {
     Runtime* rt = Runtime::get();
     if (!rt) return py::none();
     py::dict d;
+    d["job"] = rt->config().job;
     d["job_dir"] = rt->jobDir().path();
     d["stats_segment"] = rt->stats().path();
     d["control_socket"] = rt->controlSocketPath();
@@ -657,6 +658,15 @@ void registerComm(py::module_& m) {
         return out;
       },
       "The native parser's numeric settings table: (name, default, minimum, integer, maximum).");
+  m.def(
+      "native_job_id",
+      [] {
+        EnvSettings s;
+        std::string error;
+        if (!readEnvSettings(&s, &error)) throw py::value_error(error);
+        return py::make_tuple(s.job_id, s.job_id_generated);
+      },
+      "The job id the interposers read from this process's environment: (id, generated).");
   m.def("set_log_level", [](const std::string& level) {
     static const char* kNames[] = {"ERROR", "WARN", "INFO", "DEBUG"};
     for (int i = 0; i < 4; ++i)

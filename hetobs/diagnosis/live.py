@@ -10,6 +10,7 @@ request that hangs can never hang the diagnosis.
 
 from __future__ import annotations
 
+import socket
 import threading
 from pathlib import Path
 from typing import Optional
@@ -23,11 +24,18 @@ __all__ = ["looks_alive", "wants_fresh_dump", "request_fresh_dump"]
 
 
 def _running(m: RankMeta, options: Options, host_key: Optional[str], states: tuple[str, ...]) -> bool:
-    """Not exited cleanly, and (on this host) its process in one of `states`; elsewhere it cannot be checked."""
+    """Not exited cleanly, and (on this host) its process in one of `states`; elsewhere it cannot be checked.
+
+    A rank file of this host's name from another boot (its host_key's boot id differs) is gone: its pid,
+    even with an equal start time, names some other process now.
+    """
     if m.exited_cleanly:
         return False
     if host_key and m.host_key == host_key:
         return process_state(options.proc_root, m.pid, m.process_start_time) in states
+    if host_key and m.host_key and m.host == socket.gethostname() and \
+            m.host_key.partition(":")[0] != host_key.partition(":")[0]:
+        return False
     return True
 
 
@@ -35,7 +43,8 @@ def looks_alive(job: LoadedJob, options: Options) -> bool:
     """Some rank has not exited cleanly and is not known to be gone.
 
     Ranks on other hosts cannot be checked and count as possibly alive; on this host
-    a rank whose pid is gone (or reused) is dead, not alive.
+    a rank whose pid is gone (or reused) is dead, not alive, and so is one this host ran in
+    an earlier boot.
     """
     if job.meta_ranks - set(job.metas):
         return True  # ranks whose metadata was not needed (they dumped): alive at the incident at least

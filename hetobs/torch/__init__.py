@@ -7,10 +7,15 @@
   (hetobs/islands/).
 
 The backends are registered by `register()`, which `import hetobs` arranges to run as
-soon as `torch.distributed` is imported (see hetobs/_torch_hook.py).
+soon as `torch.distributed` is imported (see hetobs/_torch_hook.py). It also sets the
+torchrun variables an srun or mpirun launch implies (RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR, MASTER_PORT; hetobs.config.export_launch_env) where unset, so
+`init_process_group` with its default env:// rendezvous works under srun unchanged.
 """
 
 from __future__ import annotations
+
+import logging
 
 import torch.distributed as dist
 
@@ -18,6 +23,8 @@ from .native_backend import HetobsBackend
 from .wrapped_backend import InstrumentedBackend, native_wrapper, wrap
 
 __all__ = ["register", "wrap", "native_wrapper", "HetobsBackend", "InstrumentedBackend"]
+
+log = logging.getLogger("hetobs")
 
 _registered = False
 
@@ -37,3 +44,9 @@ def register() -> None:
         if name.upper() not in dist.Backend._plugins:
             dist.Backend.register_backend(name, creator, extended_api=True, devices=devices)
     _registered = True
+    from ..config import SettingError, export_launch_env
+
+    try:
+        export_launch_env()
+    except SettingError as e:  # torch's own rendezvous then says what it lacks
+        log.warning("hetobs: launcher variables not usable: %s", e)

@@ -12,7 +12,8 @@ from torch._C._distributed_c10d import _create_work_from_future
 from ..buffers import DTYPES
 from ..comm import OPS, REDUCTIONS
 
-__all__ = ["reduction", "reduction_code", "done", "staged", "comm_id_for", "DTYPE_CODES", "OPS", "REDUCTIONS"]
+__all__ = ["reduction", "reduction_code", "done", "staged", "comm_id_for", "DTYPE_CODES", "OPS", "REDUCTIONS",
+           "NamedGroup"]
 
 # torch dtype -> wire dtype code (hetobs/buffers.py DTYPES).
 DTYPE_CODES = {getattr(torch, name): code for name, code in DTYPES.items()}
@@ -64,6 +65,9 @@ class staged:
         self.host: torch.Tensor | None = None
 
     def __enter__(self) -> torch.Tensor:
+        if self.t.layout != torch.strided:  # before is_contiguous(), which a sparse tensor cannot answer
+            raise ValueError(f"hetobs moves dense tensors only, not {self.t.layout} (torch.sparse_coo: "
+                             "all_reduce its .to_dense(), or all_gather its indices and values)")
         if self.t.device.type == "cpu" and self.t.is_contiguous():
             self.host = self.t
         elif self.copy_in:
@@ -84,3 +88,30 @@ def comm_id_for(group_id: str) -> int:
 
 def numel(ts: Iterable[torch.Tensor]) -> int:
     return sum(int(t.numel()) for t in ts)
+
+
+class NamedGroup:
+    """The name and description of a process group written in Python, kept by the group itself.
+
+    torch keeps them in a group's backends (ProcessGroup::getGroupName reads the first one
+    registered), and a ProcessGroup subclass made in Python registers none: its
+    `group_name` raised "ProcessGroup name not set", and `destroy_process_group(group)` of
+    any group but the world failed with it. Put before dist.ProcessGroup in the bases.
+    """
+
+    _hetobs_group_name = ""
+    _hetobs_group_desc = ""
+
+    def _set_group_name(self, name: str) -> None:
+        self._hetobs_group_name = name
+
+    @property
+    def group_name(self) -> str:
+        return self._hetobs_group_name
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._hetobs_group_desc = desc
+
+    @property
+    def group_desc(self) -> str:
+        return self._hetobs_group_desc

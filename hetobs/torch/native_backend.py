@@ -4,11 +4,13 @@ A Python ProcessGroup (torch 2.13 dispatches every collective to it, including
 all_gather_single / reduce_scatter_single / all_to_all_single). Each group gets its own
 native communicator, rendezvoused through the store torch hands the backend; its ops
 land in the recorder, watchdog and dumps like any native op. Ops run to completion
-before the call returns (async_op=True gets an already-completed Work).
+before the call returns (async_op=True gets an already-completed Work). A `timeout` given
+to init_process_group or new_group is each op's (HETOBS_TIMEOUT otherwise).
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -16,12 +18,12 @@ import torch.distributed as dist
 
 from .. import _connect_through_store, _endpoint
 from ..comm import Communicator
-from ._common import comm_id_for, done, reduction, staged
+from ._common import NamedGroup, comm_id_for, done, reduction, staged
 
 __all__ = ["HetobsBackend", "create"]
 
 
-class HetobsBackend(dist.ProcessGroup):
+class HetobsBackend(NamedGroup, dist.ProcessGroup):
     def __init__(self, comm: Communicator) -> None:
         super().__init__(comm.rank, comm.size)
         self.comm = comm
@@ -30,38 +32,42 @@ class HetobsBackend(dist.ProcessGroup):
         return "hetobs"
 
     # -- collectives ------------------------------------------------------------------
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:
-        op = reduction(opts.reduceOp)
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        op = reduction(_or_default(opts, dist.AllreduceOptions).reduceOp)
         for t in tensors:
             with staged(t) as h:
                 self.comm.all_reduce(h, op)
         return done(tensors)
 
-    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> Any:
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
         return self.allreduce(tensors, opts)
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> Any:
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        opts = _or_default(opts, dist.BroadcastOptions)
         for t in tensors:
             with staged(t) as h:
                 self.comm.broadcast(h, opts.rootRank)
         return done(tensors)
 
-    def reduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        opts = _or_default(opts, dist.ReduceOptions)
         op = reduction(opts.reduceOp)
         for t in tensors:
             with staged(t) as h:
                 self.comm.reduce(h, opts.rootRank, op)
         return done(tensors)
 
-    def all_gather_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> Any:
+    def all_gather_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> Any:
         with staged(inp, copy_out=False) as hi, staged(out, copy_in=False) as ho:
             self.comm.all_gather(ho, hi)
         return done([out])
 
     _allgather_base = all_gather_single
 
-    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> Any:
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:
         for outs, inp in zip(outputs, inputs):
+            if inp.numel() == 0:  # every rank's is empty (equal shapes): nothing to move
+                continue
             flat = torch.empty(self.comm.size * inp.numel(), dtype=inp.dtype)
             with staged(inp, copy_out=False) as hi:
                 self.comm.all_gather(flat, hi)
@@ -69,16 +75,44 @@ class HetobsBackend(dist.ProcessGroup):
                 o.copy_(flat[i * inp.numel():(i + 1) * inp.numel()].view_as(o))
         return done(outputs)
 
-    def reduce_scatter_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> Any:
-        op = reduction(opts.reduceOp)
+    # Coalesced forms: torch calls these on the group itself (all_gather_coalesced, the
+    # _coalescing_manager fast path); the C++ ProcessGroup base would look for a backend
+    # registered per device, which a Python group has not. One op after another is what
+    # they mean here: every op already runs to completion before it returns.
+    def allgather_coalesced(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+                            opts: Any = None) -> Any:
+        # outputs[r][i] gets rank r's inputs[i]: allgather's outputs[i][r], transposed.
+        self.allgather([[per_rank[i] for per_rank in outputs] for i in range(len(inputs))], inputs, opts)
+        return done(outputs)
+
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                    opts: Any = None) -> Any:
+        return self._pairwise(self.all_gather_single, outputs, inputs, opts)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> Any:
+        return self._pairwise(self.reduce_scatter_single, outputs, inputs, opts)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    @staticmethod
+    def _pairwise(op: Any, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any) -> Any:
+        for out, inp in zip(outputs, inputs):
+            op(out, inp, opts)
+        return done(outputs)
+
+    def reduce_scatter_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> Any:
+        op = reduction(_or_default(opts, dist.ReduceScatterOptions).reduceOp)
         with staged(inp, copy_out=False) as hi, staged(out, copy_in=False) as ho:
             self.comm.reduce_scatter(ho, hi, op)
         return done([out])
 
     _reduce_scatter_base = reduce_scatter_single
 
-    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> Any:
-        op = reduction(opts.reduceOp)
+    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:
+        op = reduction(_or_default(opts, dist.ReduceScatterOptions).reduceOp)
         for out, ins in zip(outputs, inputs):
             flat = torch.cat([t.detach().to("cpu").reshape(-1) for t in ins])
             with staged(out, copy_in=False) as ho:
@@ -86,7 +120,7 @@ class HetobsBackend(dist.ProcessGroup):
         return done(outputs)
 
     def all_to_all_single(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int],
-                          in_splits: list[int], opts: Any) -> Any:
+                          in_splits: list[int], opts: Any = None) -> Any:
         n = self.comm.size
         even_in = not in_splits or len(set(in_splits)) == 1 and in_splits[0] * n == inp.shape[0]
         even_out = not out_splits or len(set(out_splits)) == 1 and out_splits[0] * n == out.shape[0]
@@ -99,7 +133,7 @@ class HetobsBackend(dist.ProcessGroup):
 
     _alltoall_base = all_to_all_single
 
-    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any) -> Any:
+    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> Any:
         flat_in = torch.cat([t.detach().to("cpu").reshape(-1) for t in inputs])
         flat_out = torch.empty_like(flat_in)
         self.comm.all_to_all(flat_out, flat_in)
@@ -125,8 +159,18 @@ class HetobsBackend(dist.ProcessGroup):
                 self.comm.recv(h, src)
         return done(tensors)
 
-    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> Any:
-        root, me = opts.rootRank, self.comm.rank
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> Any:
+        # Said here: torch's base class would fail with "No backend type associated with device type cpu".
+        raise ValueError("hetobs receives from a named peer only: recv from any source is not supported "
+                         "(pass src= to recv/irecv)")
+
+    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> Any:
+        raise ValueError("monitored_barrier is Gloo's (torch.distributed.monitored_barrier refuses every other "
+                         "backend by name); on hetobs use barrier(): an op that times out names the rank it "
+                         "waited for (HETOBS_TIMEOUT), and the watchdog dumps a barrier that hangs")
+
+    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:
+        root, me = _or_default(opts, dist.GatherOptions).rootRank, self.comm.rank
         for i, inp in enumerate(inputs):
             with staged(inp, copy_out=False) as hi:
                 if me != root:
@@ -140,8 +184,8 @@ class HetobsBackend(dist.ProcessGroup):
                             self.comm.recv(ho, r)
         return done(outputs)
 
-    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> Any:
-        root, me = opts.rootRank, self.comm.rank
+    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:
+        root, me = _or_default(opts, dist.ScatterOptions).rootRank, self.comm.rank
         for i, out in enumerate(outputs):
             with staged(out, copy_in=False) as ho:
                 if me != root:
@@ -156,11 +200,28 @@ class HetobsBackend(dist.ProcessGroup):
         return done(outputs)
 
 
+def _or_default(opts: Any, kind: Any) -> Any:
+    """The options torch passed, or torch's defaults for a direct call (`group.allreduce([t])`, as the
+    C++ ProcessGroup takes it: sum, root 0)."""
+    return kind() if opts is None else opts
+
+
+def group_timeout(timeout: Any) -> float | None:
+    """The op timeout a group was made with, in seconds; None for torch's default (30 min), which
+    leaves HETOBS_TIMEOUT in charge. torch documents `timeout` of init_process_group and new_group
+    as the timeout of the group's operations, as Gloo takes it."""
+    from torch.distributed.constants import default_pg_timeout
+
+    if not isinstance(timeout, timedelta) or timeout == default_pg_timeout or timeout.total_seconds() <= 0:
+        return None
+    return timeout.total_seconds()
+
+
 def create(opts: Any, backend_options: Any = None) -> HetobsBackend:
     """torch's extended-API creator: one native communicator per torch group."""
     rank, size = int(opts.group_rank), int(opts.group_size)
     world_ranks = list(opts.global_ranks_in_group)
-    endpoint = _endpoint(rank, size)
+    endpoint = _endpoint(rank, size, group_timeout(opts.timeout))
     if not world_ranks:  # the default group: this is the job's world
         native = _connect_through_store(endpoint, opts.store, "hetobs/card/", rank, size)
     else:

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from ._common import DTYPE_CODES, OPS, done, numel, reduction_code
+from ._common import DTYPE_CODES, OPS, NamedGroup, done, numel, reduction_code
 
 __all__ = ["InstrumentedBackend"]
 
@@ -124,7 +124,7 @@ class _EndAtWait(dist.Work):
             log.debug("ending a released record failed: %s", e)
 
 
-class InstrumentedBackend(dist.ProcessGroup):
+class InstrumentedBackend(NamedGroup, dist.ProcessGroup):
     """`inner`: a vendor c10d Backend (Gloo, NCCL), a torch ProcessGroup (wrap()) or a Python
     ProcessGroup of a plugin; every op is recorded in `ext` and handed to it unchanged."""
 

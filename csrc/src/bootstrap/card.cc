@@ -40,10 +40,15 @@ Card Card::decode(const std::string& text) {
   return c;
 }
 
-std::string localHostKey() {
+std::string localBootId() {
   std::string boot;
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::getline(f, boot);
+  return boot;
+}
+
+std::string localHostKey() {
+  std::string boot = localBootId();
   struct stat st {};
   unsigned long netns = 0;
   if (stat("/proc/self/ns/net", &st) == 0) netns = (unsigned long)st.st_ino;

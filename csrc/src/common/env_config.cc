@@ -306,6 +306,13 @@ bool readEnvSettings(EnvSettings* out, std::string* error) {
       // torchrun's static rendezvous says "none" for every job: a placeholder, not an id.
       if (strcmp(name, "TORCHELASTIC_RUN_ID") == 0 && lower(v) == "none") continue;
       if (v.empty()) continue;
+      if (strcmp(name, "SLURM_JOB_ID") == 0) {
+        // One id per srun step (hetobs/config.py _job_id says the same): two steps of one
+        // allocation never share a job directory. A batch script has no step.
+        std::string step = strip(env("SLURM_STEP_ID", ""));
+        if (step.empty()) step = strip(env("SLURM_STEPID", ""));
+        if (!step.empty()) v += "." + step;
+      }
       if (!validJobId(v)) bad(name, v, "a job id must be a plain name (no '/', at most 128 chars)");
       s.job_id = v;
       found = true;

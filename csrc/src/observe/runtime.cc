@@ -198,7 +198,8 @@ void Runtime::writeMetadata() {
   w.beginObject();
   w.field("schema", "hetobs.rank").field("version", "2.0");
   w.field("job", cfg_.job).field("rank", cfg_.rank).field("world_size", cfg_.world_size);
-  w.field("host", host_).field("host_key", localHostKey()).field("pid", int(getpid()));
+  w.field("host", host_).field("host_key", localHostKey()).field("boot_id", localBootId());
+  w.field("pid", int(getpid()));
   w.field("process_start_time", stats_->header()->process_start_ticks);
   w.field("start_time_ns", startWallNs_);
   w.key("side_channel").beginObject();

@@ -11,6 +11,7 @@
 #include <new>
 #include <sstream>
 
+#include "hetobs/bootstrap/card.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
@@ -74,8 +75,10 @@ std::unique_ptr<Segment> Segment::create(const SegmentConfig& cfg) {
     bool ours = fstat(old, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
     ssize_t got = ours ? pread(old, &h, sizeof h, 0) : 0;
     close(old);
+    // Another boot's pid names some other process now (a segment before version 5 has no boot id).
+    bool thisBoot = h.version < 5 || strncmp(h.boot_id, localBootId().c_str(), sizeof h.boot_id) == 0;
     bool live = got == ssize_t(sizeof h) && memcmp(h.magic, kMagic, sizeof kMagic) == 0 && h.pid > 0 &&
-                processStartTicks(h.pid) == h.process_start_ticks && h.state.load() == 0;
+                thisBoot && processStartTicks(h.pid) == h.process_start_ticks && h.state.load() == 0;
     if (!ours) {
       HETOBS_WARN("stats segment /dev/shm%s belongs to uid %u, not to this user: this rank's live stats stay "
                   "private (hetobs writes nothing there)", name.c_str(), unsigned(st.st_uid));
@@ -130,6 +133,7 @@ std::unique_ptr<Segment> Segment::create(const SegmentConfig& cfg) {
   h->process_start_ticks = processStartTicks(getpid());
   strncpy(h->job, cfg.job.c_str(), sizeof h->job - 1);
   strncpy(h->host, cfg.host.c_str(), sizeof h->host - 1);
+  strncpy(h->boot_id, localBootId().c_str(), sizeof h->boot_id - 1);
   h->hang_timeout_s = cfg.hang_timeout_s;
   h->wall_minus_mono_ns = monoToWallNs(0);
   h->heartbeat_ns.store(wallNs());

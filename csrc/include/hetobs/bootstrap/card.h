@@ -21,5 +21,8 @@ struct Card {
 // This machine's key: ranks with equal keys use shared memory under HETOBS_TRANSPORT=auto.
 std::string localHostKey();
 std::string localHostname();
+// /proc/sys/kernel/random/boot_id ("" if unreadable): a pid and its start ticks name one
+// process only within one boot, so stats segments and rank files carry it.
+std::string localBootId();
 
 }  // namespace hetobs

@@ -4,12 +4,14 @@
 // `hetobs top`, a diagnosis of a hung job) maps it read-only and reads it while the
 // rank runs, hangs or is stopped. hetobs/stats.py reads the same layout.
 //
-// Layout version 4 (all little-endian, offsets in the header). Version 2 added the
+// Layout version 5 (all little-endian, offsets in the header). Version 2 added the
 // header's island fields and, per OpRecord, `island` and `phases`; version 3 a CommStats
 // slot per OpKind including kRelay (host relays of island ops were counted nowhere), so
 // comm_bytes grew and nothing else moved; version 4 appends `device` and `library` to each
-// OpRecord (record_bytes grew) and the island's device and library to the header. hetobs/stats.py reads 2, 3 and 4, and refuses any other
-// version (the record ring's stride and fields change).
+// OpRecord (record_bytes grew) and the island's device and library to the header; version 5
+// appends the header's `boot_id` (nothing else moved). hetobs/stats.py reads 2, 3, 4 (those
+// without a boot id: their liveness judged by pid and start ticks alone) and 5, and refuses
+// any other version (the record ring's stride and fields change).
 //   [StatsHeader, 4096 B]
 //   [CommStats x comm_capacity]     one per communicator, fixed capacity
 //   [LinkStats x link_capacity]     one per (communicator, peer)
@@ -18,8 +20,9 @@
 // Consistency without locking the writer: every CommStats and OpRecord carries a
 // seqlock `version` (odd while written; read, copy, re-read, retry on change).
 // Counters in LinkStats are single 64-bit atomics, read individually.
-// A reader must check magic, version and sizes, and that pid + process_start_ticks
-// still name a live process (else the segment is stale: the rank died).
+// A reader must check magic, version and sizes, that boot_id is this boot's, and that
+// pid + process_start_ticks still name a live process (else the segment is stale: the
+// rank died, or the machine rebooted and the pid now means another process).
 #include <atomic>
 #include <cstdint>
 
@@ -32,7 +35,8 @@ namespace hetobs {
 namespace stats {
 
 constexpr char kMagic[8] = {'H', 'T', 'B', 'S', 'T', 'A', 'T', 'S'};
-constexpr uint32_t kVersion = 4;
+constexpr uint32_t kVersion = 5;
+constexpr uint32_t kBootIdBytes = 40;  // a boot id is 36 characters (a UUID)
 constexpr uint32_t kHeaderBytes = 4096;
 constexpr uint32_t kOpKinds = uint32_t(OpKind::kCount);  // every kind, relay included
 constexpr uint32_t kLatencyBuckets = 24;  // bucket b counts ops with duration < 2^b microseconds (last: the rest)
@@ -73,6 +77,8 @@ struct StatsHeader {
   // Appended in version 4, written with `island`: the island's device type and library by name.
   char island_device[kDeviceNameBytes];
   char island_library[kLibraryNameBytes];
+  // Appended in version 5: /proc/sys/kernel/random/boot_id of the boot `pid` lives in.
+  char boot_id[kBootIdBytes];
 };
 static_assert(sizeof(StatsHeader) <= kHeaderBytes, "stats header fits its page");
 
