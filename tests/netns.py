@@ -151,3 +151,31 @@ def reset_tcp_for(hosts: Hosts, i: int, seconds: float) -> tuple[int, float]:
               f"iptables -D {rule}; echo $n $t0 $(date +%s.%N)")
     out = hosts.run(i, "sh", "-c", script).stdout.split()
     return int(out[0]), float(out[2]) - float(out[1])
+
+
+def reset_bursts(hosts: Hosts, i: int, count: int, seconds: float, gap: float) -> subprocess.Popen[str]:
+    """Start `count` bursts of TCP resets on host i: each `seconds` long, `gap` seconds apart.
+
+    For each burst host i answers every TCP segment arriving on its network interface (not
+    loopback: a network fault never touches traffic inside the host) with a reset. One
+    shell in host i runs all bursts, so their timing holds on a loaded machine; it prints,
+    per burst, "segments-rejected start end" (host i's clock). Returns the running shell:
+    read it with `burst_results`. If the shell dies half-way the rule goes with the
+    namespace (Hosts.close).
+    """
+    rule = "INPUT -i eth0 -p tcp -j REJECT --reject-with tcp-reset"
+    one = (f"iptables -I {rule} && t0=$(date +%s.%N) && sleep {seconds}; "
+           "n=$(iptables -nvxL INPUT | awk '/REJECT/ {s += $1} END {print s + 0}'); "
+           f"iptables -D {rule}; echo $n $t0 $(date +%s.%N)")
+    script = f"for k in $(seq {count}); do {one}; sleep {gap}; done"
+    return subprocess.Popen([*hosts.prefix(i), "sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def burst_results(proc: subprocess.Popen[str], timeout: float = 60) -> list[tuple[int, float]]:
+    """(segments rejected, seconds the rule was in place) per burst of `reset_bursts`."""
+    out, err = proc.communicate(timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"reset bursts failed ({proc.returncode}): {err}")
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    return [(int(r[0]), float(r[2]) - float(r[1])) for r in rows]

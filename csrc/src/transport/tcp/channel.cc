@@ -69,6 +69,17 @@ void TcpChannel::configureSocket() {
 
 TcpChannel::~TcpChannel() {
   if (fd_ < 0) return;
+  // The deliberate close, said explicitly: a peer still in an op fails at once naming us, where a
+  // bare end of stream or reset would send it re-making the link. Only on a frame boundary (an
+  // op that failed mid-frame sent its abort notice already); never blocking: a peer that reads
+  // nothing more does not need it, and a redial still hears "closed" from our listener.
+  if (!inFrame_ && ackOff_ == 0) {
+    FrameHeader bye{};
+    bye.magic = kFrameMagic;
+    bye.kind = uint8_t(FrameKind::kClose);
+    ssize_t n = send(fd_, &bye, sizeof bye, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)n;
+  }
   // Unread input would make close() send a reset, which a peer still in an op takes for a
   // network fault and tries to reconnect; drained, the peer sees a plain end of stream.
   for (int i = 0; i < 256; ++i) {
@@ -91,13 +102,34 @@ void TcpChannel::throwClosed(const char* during) {
 }
 
 void TcpChannel::throwIo(const char* what, int err) {
-  if (err == EPIPE || err == ECONNRESET) throwClosed(what);
+  if (eof_) throwClosed(what);  // it said it closes: writing after that fails, nothing broke
   throw PeerError(strFormat("%s on the link to %s failed: %s", what, peer_.describe().c_str(),
                             errnoString(err).c_str()),
                   peer_.rank, false);
 }
 
+void TcpChannel::throwBroken(const char* during) {
+  if (eof_) throwClosed(during);
+  // Reconnect is off (HETOBS_RECONNECT_TIMEOUT=0): a reset or an end of stream without the
+  // peer's close message fails the op, as a broken link, not as a peer that closed.
+  throw PeerError(strFormat("the connection to %s broke (%s): reset or ended without a close message, and "
+                            "HETOBS_RECONNECT_TIMEOUT=0 does not re-make it",
+                            peer_.describe().c_str(), during),
+                  peer_.rank, false);
+}
+
+void TcpChannel::markBroken(const char* how) {
+  closed_ = true;
+  brokeHow_ = how;
+}
+
 void TcpChannel::sampleHealth() { sampleTcpInfo(fd_, health()); }
+
+bool TcpChannel::reconnectHistory(ReconnectHistory* out) const {
+  if (!resumable()) return false;
+  *out = reconnect_->log().snapshot();
+  return true;
+}
 
 bool TcpChannel::flushAck() {
   if (!ackOwed_ && ackOff_ == 0) return true;
@@ -121,7 +153,7 @@ bool TcpChannel::flushAck() {
     // Acks are advisory: a peer that finished and left does not need them, and the
     // data they confirm has already arrived. Only a later read or send may fail.
     if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
-      closed_ = true;
+      markBroken(errnoString(errno).c_str());
       ackOff_ = 0;
       return true;
     }
@@ -135,7 +167,8 @@ bool TcpChannel::progressSend(SendItem& item, const OpDesc& desc) {
   if (item.done) return true;
   if (!item.started) {
     // Kept items of another op were left by a failure: nothing will confirm or resend them.
-    if (keptCount_ && !(kept_[keptHead_].desc == desc)) keptCount_ = 0;
+    // (Copies of point-to-point sends stay: those ops completed; the peer still needs them.)
+    if (keptCount_ && !keptAt(0).owned && !(keptAt(0).desc == desc)) keptCount_ = 0;
     if (rewindTo_ == ~0ull && framesSent_ > curFirst_) {  // an earlier item ended in an error
       curFirst_ = framesSent_;
       keptCount_ = 0;
@@ -145,7 +178,7 @@ bool TcpChannel::progressSend(SendItem& item, const OpDesc& desc) {
   // A written item may be confirmed even so: the peer acked it and finished (its ack and end of
   // stream read by a control poll since); the loop below looks at the ack first.
   bool written = item.frames > 0 && item.offset == item.len;
-  if (closed_ && !written && !recover("while this rank was sending", 0)) throwClosed("while this rank was sending");
+  if (closed_ && !written && !recover("while this rank was sending", 0)) throwBroken("while this rank was sending");
   // Written, not yet confirmed: a kept item needs a free slot in kept_, any other item the
   // peer's ack of all of it (the buffer stays the algorithm's until then, so a reconnect can
   // resend whatever the peer lacks).
@@ -171,7 +204,7 @@ bool TcpChannel::progressSend(SendItem& item, const OpDesc& desc) {
         if (!haveHdr_) readHeader();
         if (confirmed()) break;  // confirmed, even if the peer closed right after (it finished)
         if (closed_) {
-          if (!recover("while this rank waited for an ack", 0)) throwClosed("while this rank was sending");
+          if (!recover("while this rank waited for an ack", 0)) throwBroken("while this rank was sending");
           continue;
         }
         return false;
@@ -183,7 +216,8 @@ bool TcpChannel::progressSend(SendItem& item, const OpDesc& desc) {
     if (w > 0) noteFrameSent(item, size_t(shdr_.bytes));
   }
   awaitingAck_ = false;
-  if (item.keep && gated(desc)) keepItem(item, desc);
+  if (item.keep && gated(desc)) keepItem(item, desc, false);
+  else if (resumable() && !gated(desc)) keepItem(item, desc, true);  // p2p or relay: done once written
   curFirst_ = framesSent_;
   item.end_frame = framesSent_;
   return noteSendDone(item);
@@ -232,18 +266,34 @@ int TcpChannel::writeFrame(const uint8_t* payload, const char* during) {
   }
 }
 
-void TcpChannel::keepItem(const SendItem& item, const OpDesc& desc) {
+TcpChannel::Kept& TcpChannel::pushKept() {
+  if (keptCount_ == kept_.size()) {
+    std::vector<Kept> bigger(kept_.size() * 2);
+    for (size_t i = 0; i < keptCount_; ++i) bigger[i] = std::move(keptAt(i));
+    kept_.swap(bigger);
+    keptHead_ = 0;
+  }
+  Kept& k = keptAt(keptCount_++);
+  return k;
+}
+
+void TcpChannel::keepItem(const SendItem& item, const OpDesc& desc, bool copy) {
   releaseAcked();
   if (ackedAbs_ >= framesSent_) return;  // confirmed already: nothing to hold
-  Kept& k = kept_[(keptHead_ + keptCount_) % kMaxKept];
-  k = Kept{item.data, item.len, framesSent_ - item.frames, framesSent_, desc};
-  ++keptCount_;
+  Kept& k = pushKept();
+  k.data = item.data;
+  k.len = item.len;
+  k.first = framesSent_ - item.frames;
+  k.end = framesSent_;
+  k.desc = desc;
+  k.owned = copy;
+  if (copy) k.copy.assign(item.data, item.data + item.len);  // the caller may reuse its buffer now
   noteUnacked(keptCount_);
 }
 
 void TcpChannel::releaseAcked() {
-  while (keptCount_ && kept_[keptHead_].end <= ackedAbs_) {
-    keptHead_ = (keptHead_ + 1) % kMaxKept;
+  while (keptCount_ && keptAt(0).end <= ackedAbs_) {
+    keptHead_ = (keptHead_ + 1) % kept_.size();
     --keptCount_;
   }
 }
@@ -278,7 +328,7 @@ bool TcpChannel::replayKept() {
   while (framesSent_ < curFirst_) {
     const Kept* k = nullptr;
     for (size_t i = 0; i < keptCount_ && !k; ++i) {
-      const Kept& e = kept_[(keptHead_ + i) % kMaxKept];
+      const Kept& e = keptAt(i);
       if (e.first <= framesSent_ && framesSent_ < e.end) k = &e;
     }
     if (!k)  // adopt() refuses a resume from before the held frames: a bug if reached
@@ -290,7 +340,7 @@ bool TcpChannel::replayKept() {
       if ((ackOff_ != 0 || ackOwed_) && !flushAck()) return false;
       beginFrame(k->len, off, k->desc);
     }
-    int w = writeFrame(k->data + off, "re-sending data");
+    int w = writeFrame(k->bytes() + off, "re-sending data");
     if (w == 0) return false;
     if (w < 0) {
       startRewind();
@@ -304,13 +354,14 @@ bool TcpChannel::replayKept() {
 }
 
 bool TcpChannel::recover(const char* during, int err) {
-  // A FIN is a deliberate close (a finished, failed or exiting peer; a network fault
-  // resets instead): the PeerError it always was. Resets and timeouts are re-made.
+  // Only the peer's close message is a deliberate close (eof_): the PeerError it always was.
+  // Resets, timeouts and bare ends of stream are re-made; a peer whose process is gone is
+  // found so by the redial (its listener refuses), a live one that closed says so there.
   if (!reconnect_ || !reconnect_->enabled() || eof_) return false;
   const int64_t broke = monoNs();
   const int64_t deadline = deadlineAfter(broke, reconnect_->plan().timeout_s);
   std::string why = err ? strFormat("%s: %s", during, errnoString(err).c_str())
-                        : strFormat("%s: connection closed", during);
+                        : strFormat("%s: %s", during, brokeHow_.empty() ? "connection lost" : brokeHow_.c_str());
   HETOBS_WARN("link to %s broke (%s; chunks sent %llu, acknowledged %llu, received %llu); re-making it "
               "(HETOBS_RECONNECT_TIMEOUT=%g s)",
               peer_.describe().c_str(), why.c_str(), (unsigned long long)framesSent_, (unsigned long long)ackedAbs_,
@@ -318,6 +369,7 @@ bool TcpChannel::recover(const char* during, int err) {
   abandon(fd_);
   fd_ = -1;
   closed_ = true;
+  reconnect_->log().broke(why);
   for (;;) {
     int fd = reconnect_->remake(generation_ + 1, deadline, peer_, why, localEnd_, remoteEnd_);
     ResumeNote mine{kResumeMagic, generation_ + 1, framesRecv_}, theirs{};
@@ -326,6 +378,7 @@ bool TcpChannel::recover(const char* during, int err) {
       readFull(fd, &theirs, sizeof theirs, deadline, "resume note");
     } catch (const Error& e) {
       ::close(fd);
+      reconnect_->log().failed(strFormat("resume: %s", e.what()));
       if (monoNs() >= deadline) throw;
       HETOBS_DEBUG("resume with %s failed (%s); trying again", peer_.describe().c_str(), e.what());
       continue;
@@ -354,6 +407,7 @@ void TcpChannel::adopt(int fd, const ResumeNote& theirs, int64_t brokeAtNs) {
   generation_ = std::max(generation_ + 1, theirs.generation);
   closed_ = false;
   eof_ = false;
+  brokeHow_.clear();
   // Receive side: a half-read frame is dropped; the peer resends it whole.
   haveHdr_ = false;
   rhdrOff_ = 0;
@@ -369,6 +423,7 @@ void TcpChannel::adopt(int fd, const ResumeNote& theirs, int64_t brokeAtNs) {
   rewindTo_ = theirs.frames_recv;
   configureSocket();
   reconnects().fetch_add(1, std::memory_order_relaxed);
+  reconnect_->log().remade();
   HETOBS_WARN("link to %s re-made in %.3f s (connection %u); resuming at chunk %llu", peer_.describe().c_str(),
               double(monoNs() - brokeAtNs) / 1e9, generation_, (unsigned long long)theirs.frames_recv);
 }
@@ -377,15 +432,16 @@ bool TcpChannel::readHeader() {
   while (!haveHdr_) {
     ssize_t n = recv(fd_, reinterpret_cast<char*>(&rhdr_) + rhdrOff_, sizeof rhdr_ - rhdrOff_, MSG_DONTWAIT);
     if (n == 0) {
-      closed_ = true;
-      eof_ = true;  // closed on purpose (or its process ended): nothing to reconnect
+      // No close message came: a break (its process ended, or a reset that a send read
+      // first, which leaves only the end of stream here). The caller re-makes or reports it.
+      markBroken("end of stream without a close message");
       return false;
     }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (wouldBlock(errno)) return false;
       if (errno == ECONNRESET || errno == ETIMEDOUT || errno == EPIPE) {
-        closed_ = true;  // the caller re-makes the link or reports it
+        markBroken(errnoString(errno).c_str());  // the caller re-makes the link or reports it
         return false;
       }
       throwIo("receiving", errno);
@@ -404,6 +460,12 @@ bool TcpChannel::readHeader() {
         noteAcked(rhdr_.chunk);
         releaseAcked();
         continue;
+      case FrameKind::kClose:
+        // The peer closed the link on purpose: whatever this rank still waits for, it is not coming.
+        rhdrOff_ = 0;
+        closed_ = true;
+        eof_ = true;
+        return false;
       case FrameKind::kAbort: {
         size_t len = std::min<size_t>(rhdr_.bytes, kMaxAbortBody);
         std::string body(len, '\0');
@@ -437,14 +499,13 @@ bool TcpChannel::skipPayload() {
     size_t n0 = std::min<size_t>(rhdr_.bytes - rpayOff_, staging_.size());
     ssize_t n = recv(fd_, staging_.data(), n0, MSG_DONTWAIT);
     if (n == 0) {
-      closed_ = true;
-      eof_ = true;
+      markBroken("end of stream without a close message");
       return false;
     }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (wouldBlock(errno)) return false;
-      closed_ = true;
+      markBroken(errnoString(errno).c_str());
       return false;
     }
     rpayOff_ += size_t(n);
@@ -467,7 +528,7 @@ bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
       if (!readHeader()) {
         if (closed_) {
           if (!recover("while this rank was receiving from it", 0))
-            throwClosed("while this rank was receiving from it");
+            throwBroken("while this rank was receiving from it");
           continue;
         }
         return false;
@@ -487,9 +548,10 @@ bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
     while (rpayOff_ < rhdr_.bytes) {
       ssize_t n = recv(fd_, target + rpayOff_, rhdr_.bytes - rpayOff_, MSG_DONTWAIT);
       if (n == 0) {
-        closed_ = true;
-        eof_ = true;
-        throwClosed("in the middle of a message");
+        // Cut mid-frame: never a deliberate close (that comes as a frame of its own).
+        markBroken("end of stream in the middle of a message");
+        if (!recover("receiving data", 0)) throwBroken("in the middle of a message");
+        break;
       }
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -524,6 +586,7 @@ bool TcpChannel::pollControl() {
   if (reconnect_ && reconnect_->enabled() && !reconnect_->dialer()) {
     int fd = reconnect_->takeParked();
     if (fd >= 0) {
+      if (!closed_) reconnect_->log().broke("the peer re-made the link (it saw the break first)");
       ResumeNote mine{kResumeMagic, generation_ + 1, framesRecv_}, theirs{};
       int64_t dl = deadlineAfter(monoNs(), reconnect_->plan().timeout_s);
       try {
@@ -535,9 +598,17 @@ bool TcpChannel::pollControl() {
         throw;
       } catch (const Error& e) {
         ::close(fd);
+        reconnect_->log().failed(strFormat("resume: %s", e.what()));
         HETOBS_DEBUG("resume with %s failed (%s)", peer_.describe().c_str(), e.what());
       }
     }
+  }
+  // A point-to-point send returned once written; its link broke before the peer had it all.
+  // The peer may wait for those bytes in an op that needs nothing else from us, so the dialling
+  // end re-makes the link from whatever op polls it (the other end takes the redial above,
+  // without blocking: it must not wait here for a peer that may be idle).
+  if (closed_ && !eof_ && !discarding_ && resumable() && reconnect_->dialer() && keptCount_ && keptAt(0).owned) {
+    if (recover("while this rank held point-to-point data the peer has not confirmed", 0)) changed = true;
   }
   if ((rewindTo_ != ~0ull || framesSent_ < curFirst_) && !discarding_) {  // failed: the op is over
     startRewind();
