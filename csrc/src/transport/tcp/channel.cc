@@ -120,7 +120,8 @@ void TcpChannel::throwBroken(const char* during) {
 
 void TcpChannel::markBroken(const char* how) {
   closed_ = true;
-  brokeHow_ = how;
+  // The first sign tells how it broke: a reset read by a send leaves later reads an end of stream.
+  if (brokeHow_.empty()) brokeHow_ = how;
 }
 
 void TcpChannel::sampleHealth() { sampleTcpInfo(fd_, health()); }
@@ -608,7 +609,13 @@ bool TcpChannel::pollControl() {
   // end re-makes the link from whatever op polls it (the other end takes the redial above,
   // without blocking: it must not wait here for a peer that may be idle).
   if (closed_ && !eof_ && !discarding_ && resumable() && reconnect_->dialer() && keptCount_ && keptAt(0).owned) {
-    if (recover("while this rank held point-to-point data the peer has not confirmed", 0)) changed = true;
+    // What the peer sent before the break is still readable: its acks may release the copies,
+    // its close frame may say it left on purpose.
+    if (!haveHdr_) readHeader();
+    releaseAcked();
+    if (!eof_ && keptCount_ && keptAt(0).owned &&
+        recover("while this rank held point-to-point data the peer has not confirmed", 0))
+      changed = true;
   }
   if ((rewindTo_ != ~0ull || framesSent_ < curFirst_) && !discarding_) {  // failed: the op is over
     startRewind();

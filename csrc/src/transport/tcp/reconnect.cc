@@ -41,9 +41,9 @@ void ReconnectLog::failed(const std::string& what) {
   addLocked(what);
 }
 
-void ReconnectLog::attempted() {
+void ReconnectLog::attempted(uint64_t n) {
   std::lock_guard<std::mutex> g(mu_);
-  ++h_.attempts;
+  h_.attempts += n;
 }
 
 void ReconnectLog::remade() {
@@ -91,6 +91,7 @@ int Reconnector::dial(uint32_t generation, int64_t deadlineNs, const PeerInfo& p
                           log_.failed("dial: " + why);
                         });
   } catch (const ConnectError& e) {
+    log_.attempted(uint64_t(std::max(0, e.attempts - 1)));  // its connects, past the one counted above
     log_.failed(strFormat("dial: %s", e.what()));
     if (e.err == ECONNREFUSED) throw gonePeer(peer, plan_.peer_rank, e.address);
     throw;
@@ -129,6 +130,7 @@ int Reconnector::await(int64_t deadlineNs, const PeerInfo& peer) {
       h.to_rank = plan_.peer_rank;
       clientHandshake(probe, plan_.cred, h, deadlineNs);
     } catch (const ConnectError& e) {
+      log_.attempted(uint64_t(std::max(0, e.attempts - 1)));
       log_.failed(strFormat("probe: %s", e.what()));
       if (e.err == ECONNREFUSED)
         throw gonePeer(peer, plan_.peer_rank, e.address);

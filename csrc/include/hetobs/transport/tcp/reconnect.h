@@ -57,7 +57,7 @@ class ReconnectLog {
  public:
   void broke(const std::string& why);       // the connection broke: re-making starts
   void failed(const std::string& what);     // one attempt (dial, probe, resume) failed
-  void attempted();                         // one more attempt made
+  void attempted(uint64_t n = 1);           // attempts made (a connect, a dial, a probe)
   void remade();                            // back up
   void ended(const char* state, const std::string& what);  // "down" (gave up) or "closed"
   ReconnectHistory snapshot() const;
