@@ -12,6 +12,7 @@ The ten-of-ten figure of the issue comes from running this file's burst test ten
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -68,6 +69,23 @@ def _job(tmp_path: Path, hosts: Hosts, env: dict[str, str] | None = None) -> tup
     job = InlineJob(body, WORLD, tmp_path, env={**TCP_ENV, **(env or {})}, transport="auto",
                     master_addr=hosts.addrs[0], prefix=prefix)
     return job, stop
+
+
+def _job2(tmp_path: Path, hosts: Hosts, env: dict[str, str]) -> tuple[InlineJob, Path]:
+    """The 16 MiB loop as two ranks, one per host: one TCP link between them."""
+    stop = tmp_path / "stop"
+    job = InlineJob(LOOP.replace("STOP", repr(str(stop))), 2, tmp_path, env={**TCP_ENV, **env}, transport="tcp",
+                    master_addr=hosts.addrs[0], prefix=[hosts.prefix(0), hosts.prefix(1)])
+    return job, stop
+
+
+def dumps_of(job: InlineJob, rank: int) -> dict:
+    """Rank `rank`'s dump of its failure: the two ends of a broken link may fail at neighbouring
+    ops, each into its own error incident (the side channel is cut too)."""
+    base = job.dir / job.job_id / "incidents"
+    found = sorted(base.glob(f"error-*/rank-{rank}.json")) if base.exists() else []
+    assert found, f"rank {rank} left no error dump under {base}"
+    return json.loads(found[0].read_text())
 
 
 def _started(job: InlineJob, timeout: float = 90.0) -> None:
@@ -166,3 +184,47 @@ def test_p2p_sends_and_relays_resume_across_reset_bursts(tmp_path: Path) -> None
     assert all(r.returncode == 0 for r in runs), (results, why)
     assert sum(n for per_host in results for n, _ in per_host) > 0, ("the resets never hit the job", results)
     assert sum(_reconnects(r.stdout) for r in runs) > 0, why
+
+
+def _diagnose(job: InlineJob) -> dict:
+    from hetobs.diagnosis import Options, diagnose
+    return json.loads(diagnose(Options(job_dir=job.dir / job.job_id)).to_json())
+
+
+@pytest.mark.parametrize("hosts_resetting", [(1,), (0, 1)], ids=["one-direction", "both-directions"])
+def test_a_link_that_cannot_be_remade_gets_the_link_verdict(tmp_path: Path, hosts_resetting: tuple[int, ...]) -> None:
+    """Host 1 (or both hosts) resets every TCP segment from the other host for good. Each end
+    fails naming the link; each end's dump holds the link's reconnect record (the break, the
+    attempts, what they ended in); `diagnose` gives one transport_error verdict for the link,
+    with its direction, and blames no rank: both processes were alive throughout."""
+    with Hosts(2) as hosts:
+        job, _ = _job2(tmp_path, hosts, {"HETOBS_RECONNECT_TIMEOUT": "3"})
+        with job:
+            _started(job)
+            for h in hosts_resetting:
+                hosts.run(h, "iptables", "-I", "INPUT", "-i", "eth0", "-p", "tcp", "-j", "REJECT",
+                          "--reject-with", "tcp-reset")
+            runs = job.wait(90)
+        report = _diagnose(job)
+    why = [f"rank {r.rank} rc {r.returncode}: {r.stdout[-600:]} {r.stderr[-2000:]}" for r in runs]
+    assert all(r.returncode == 3 for r in runs), why  # both failed with a PeerError, neither was killed
+    ends = {r: dumps_of(job, r) for r in (0, 1)}
+    for r, d in ends.items():
+        link = next(l for c in d["comms"] for l in c["links"] if l["global_peer"] == 1 - r)
+        rec = link["reconnect"]
+        assert rec and rec["breaks"] >= 1 and rec["attempts"] >= 1 and rec["state"] in ("down", "closed"), (r, link)
+        assert any(e["what"].startswith("broke") for e in rec["events"]), rec
+        assert any(not e["what"].startswith("broke") for e in rec["events"]), rec  # an attempt's error
+    faults = [v for v in report["verdicts"] if v["kind"] != "slow_link" and v["kind"] != "straggler"]
+    assert [v["kind"] for v in faults] == ["transport_error"], report["verdicts"]
+    v = faults[0]
+    assert v["ranks"] == [], v
+    # One host resetting: rank 0's attempts toward it are refused, so 0 -> 1 is the direction that
+    # fails. Both: the resets themselves are rejected on arrival, every attempt goes unanswered
+    # and the direction cannot be told; the link is named both ways and the summary says so.
+    if hosts_resetting == (1,):
+        assert [tuple(l) for l in v["links"]] == [(0, 1)], v
+        assert "packets from rank 0 to rank 1" in v["summary"], v
+    else:
+        assert {tuple(l) for l in v["links"]} == {(0, 1), (1, 0)}, v
+        assert "cannot be told" in v["summary"], v
