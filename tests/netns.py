@@ -165,17 +165,24 @@ def reset_tcp_for(hosts: Hosts, i: int, seconds: float) -> tuple[int, float]:
     return int(out[0]), float(out[2]) - float(out[1])
 
 
+# Every TCP segment arriving on the host's interface but a reset is answered with a reset.
+RESET_RULE = "INPUT -i eth0 -p tcp ! --tcp-flags RST RST -j REJECT --reject-with tcp-reset"
+
+
 def reset_bursts(hosts: Hosts, i: int, count: int, seconds: float, gap: float) -> subprocess.Popen[str]:
     """Start `count` bursts of TCP resets on host i: each `seconds` long, `gap` seconds apart.
 
     For each burst host i answers every TCP segment arriving on its network interface (not
-    loopback: a network fault never touches traffic inside the host) with a reset. One
+    loopback: a network fault never touches traffic inside the host) with a reset, except
+    resets themselves: with bursts on both hosts at once, a rule that also rejected (dropped)
+    the other host's resets would turn both directions into a blackhole, survived by plain
+    retransmission without any reset seen. One
     shell in host i runs all bursts, so their timing holds on a loaded machine; it prints,
     per burst, "segments-rejected start end" (host i's clock). Returns the running shell:
     read it with `burst_results`. If the shell dies half-way the rule goes with the
     namespace (Hosts.close).
     """
-    rule = "INPUT -i eth0 -p tcp -j REJECT --reject-with tcp-reset"
+    rule = RESET_RULE
     one = (f"iptables -I {rule} && t0=$(date +%s.%N) && sleep {seconds}; "
            "n=$(iptables -nvxL INPUT | awk '/REJECT/ {s += $1} END {print s + 0}'); "
            f"iptables -D {rule}; echo $n $t0 $(date +%s.%N)")

@@ -5,6 +5,7 @@ tests/test_reset_bursts.py and tests/test_frozen_host.py."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -114,3 +115,24 @@ def test_one_silent_rank_of_a_host_stays_a_rank_verdict(tmp_path: Path) -> None:
     rep = run(_hosts_job([3]).write(tmp_path))
     assert [(v.kind.value, v.ranks) for v in faults(rep)] == [("rank_unresponsive", [3])], faults(rep)
     assert faults(rep)[0].summary.startswith("rank 3 "), faults(rep)[0].summary
+
+
+def test_refusals_after_the_peer_failed_do_not_count_for_the_direction(tmp_path: Path) -> None:
+    """Host 1 resets what reaches it: rank 0's probes are refused (1.5 s, then "gone"), rank 0 fails
+    and exits; only then are rank 1's dials refused, by a host whose rank 0 no longer listens."""
+    job_dir = _broken_link(tmp_path, {
+        0: {"state": "closed", "breaks": 1, "attempts": 33, "events": [
+            {"time_ns": T0 - 3_000_000_000, "what": "broke: receiving data: Connection reset by peer"},
+            {"time_ns": T0 - 1_500_000_000, "what": "probe: cannot connect to rank 1 at 10.0.0.2:40001: Connection "
+                                                    "refused after 33 attempts (gave up: refused throughout: nothing "
+                                                    "listens there)"}]},
+        1: {"state": "closed", "breaks": 1, "attempts": 21, "events": [
+            {"time_ns": T0 - 3_000_000_000, "what": "broke: sending data: Connection reset by peer"},
+            {"time_ns": T0, "what": "dial: cannot connect to rank 0 at 10.0.0.1:40000: Connection refused after 21 "
+                                    "attempts (gave up: the connect deadline)"}]}})
+    d0 = job_dir / "incidents" / "error-c0-s4" / "rank-0.json"
+    doc = json.loads(d0.read_text())
+    doc["time_ns"] = T0 - 1_400_000_000  # rank 0 failed (and dumped) right after calling rank 1 gone
+    d0.write_text(json.dumps(doc))
+    rep = run(job_dir)
+    assert [(v.kind.value, v.ranks, v.links) for v in faults(rep)] == [("transport_error", [], [(0, 1)])]

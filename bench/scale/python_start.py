@@ -50,7 +50,7 @@ comm.close()
 """
 
 FALLBACK = "is unusable"  # the shared-memory fallback warning (csrc/src/comm/connect.cc)
-MB_PER_RANK = 60  # resident memory of one Python rank with numpy and hetobs, rounded up
+MB_PER_RANK = 32  # memory of one Python rank with numpy and hetobs (PSS ~23 MiB) and its segments, rounded up
 
 
 def free_port() -> int:
@@ -156,7 +156,7 @@ def main() -> None:
     out = []
     for n in sizes:
         need = n * MB_PER_RANK
-        if available_mb() < need + 2048:
+        if available_mb() < need + 1024:
             print(f"{n} ranks: skipped, about {need} MiB needed and {available_mb()} MiB available", file=sys.stderr)
             continue
         rows = []

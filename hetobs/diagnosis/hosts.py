@@ -27,8 +27,7 @@ _EVIDENCE_PER_RANK = 3
 
 def _host_of(job: LoadedJob, rank: int) -> Optional[str]:
     m = job.metas.get(rank)
-    key = getattr(m, "host_key", None) if m is not None else None
-    return key or job.host_of(rank)
+    return (m.host_key if m is not None else None) or job.host_of(rank)
 
 
 def merge_host_verdicts(job: LoadedJob, verdicts: list[Verdict]) -> list[Verdict]:

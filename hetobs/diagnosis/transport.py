@@ -7,8 +7,9 @@ tell a dead process from a firewall that resets: when the "gone" peer left a dum
 incident it was alive, so the refusals came from the network and the link is to blame.
 
 Direction (`links`: [[src, dst]]) comes from the reconnect record each end keeps of the link
-(`links[].reconnect`): an end whose dials or probes toward its peer were refused had its
-packets to that peer answered with resets, so src -> dst is a direction that loses packets.
+(`links[].reconnect`): an end whose dials or probes toward its peer were refused (while the
+peer had not failed yet: after that its process may be gone and refuse for that reason) had
+its packets to that peer answered with resets, so src -> dst is a direction that loses packets.
 Both ends refused: both directions. Neither refused: every attempt went unanswered, which a
 path dropping (or resetting, when the resets are dropped too) packets in either one direction
 or both produces alike; the link is named in both directions and the summary says the direction
@@ -29,6 +30,8 @@ __all__ = ["transport_verdicts", "GONE_CLAIM"]
 # The native core's words for a peer whose listener refused every dial (reconnect.cc gonePeer).
 GONE_CLAIM = "is gone: its listener at"
 _REFUSED = "refused"  # "Connection refused" / "refuses connections" in an attempt's error
+_THROUGHOUT = "refused throughout"  # connect_retry.cc: every attempt of the refusal window was refused
+_REFUSED_WINDOW_S = 1.5  # reconnect.cc kRefusedForNs: how long refusals last before a peer counts as gone
 _EVENTS_QUOTED = 3
 
 
@@ -51,10 +54,27 @@ def _record(job: LoadedJob, rank: int, peer: int, comm: Optional[CommKey]) -> Op
     return None
 
 
-def _refused(rec: Optional[LinkReconnect]) -> bool:
-    """Whether this end's attempts to re-make the link met resets (its packets toward the peer died)."""
-    return rec is not None and any(_REFUSED in what and not what.startswith("broke")
-                                   for _, what in rec.events)
+def _refused(rec: Optional[LinkReconnect], peer_failed_ns: Optional[int]) -> bool:
+    """Whether this end's attempts to re-make the link met resets (its packets toward the peer died)
+    while the peer still lived: once the peer has failed its process may have exited, and its
+    host then refuses for that reason (both ends' records would point both ways). An event is
+    written when the attempts end; "refused throughout" attempts began the refusal window
+    before that (reconnect.cc kRefusedForNs), others are placed at the event."""
+    if rec is None:
+        return False
+    for t, what in rec.events:
+        if _REFUSED not in what or what.startswith("broke"):
+            continue
+        began = t - int(_REFUSED_WINDOW_S * 1e9) if t is not None and _THROUGHOUT in what else t
+        if peer_failed_ns is None or began is None or began < peer_failed_ns:
+            return True
+    return False
+
+
+def _failed_at(job: LoadedJob, rank: int) -> Optional[int]:
+    """When `rank` failed: its error dump's time (written as it failed); None if it did not fail."""
+    d = job.dumps.get(rank)
+    return d.time_ns if d is not None and d.reason == "error" else None
 
 
 def _quote(rank: int, peer: int, rec: Optional[LinkReconnect]) -> list[str]:
@@ -98,7 +118,7 @@ def _verdict(job: LoadedJob, r: int, peer: int, c: Cause, theirs: Optional[Cause
     view = _failed_view(job, r)
     comm = view.comm if view is not None else None
     mine, other = _record(job, r, peer, comm), _record(job, peer, r, comm)
-    fwd, back = _refused(mine), _refused(other)
+    fwd, back = _refused(mine, _failed_at(job, peer)), _refused(other, _failed_at(job, r))
     if fwd and back:
         links, way = [(r, peer), (peer, r)], "in both directions (each end's attempts were refused)"
     elif back:

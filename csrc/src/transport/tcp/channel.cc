@@ -68,6 +68,7 @@ void TcpChannel::configureSocket() {
 }
 
 TcpChannel::~TcpChannel() {
+  if (pendingFd_ >= 0) ::close(pendingFd_);
   if (fd_ < 0) return;
   // The deliberate close, said explicitly: a peer still in an op fails at once naming us, where a
   // bare end of stream or reset would send it re-making the link. Only on a frame boundary (an
@@ -118,8 +119,9 @@ void TcpChannel::throwBroken(const char* during) {
                   peer_.rank, false);
 }
 
-void TcpChannel::markBroken(const char* how) {
+void TcpChannel::markBroken(const char* how, bool reset) {
   closed_ = true;
+  resetSeen_ |= reset;
   // The first sign tells how it broke: a reset read by a send leaves later reads an end of stream.
   if (brokeHow_.empty()) brokeHow_ = how;
 }
@@ -135,6 +137,7 @@ bool TcpChannel::reconnectHistory(ReconnectHistory* out) const {
 bool TcpChannel::flushAck() {
   if (!ackOwed_ && ackOff_ == 0) return true;
   if (inFrame_) return false;  // never split a data frame
+  if (fd_ < 0) return false;   // a re-make is pending: owed still, sent on the new connection
   if (ackOff_ == 0) {
     memset(&ahdr_, 0, sizeof ahdr_);
     ahdr_.magic = kFrameMagic;
@@ -154,7 +157,7 @@ bool TcpChannel::flushAck() {
     // Acks are advisory: a peer that finished and left does not need them, and the
     // data they confirm has already arrived. Only a later read or send may fail.
     if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
-      markBroken(errnoString(errno).c_str());
+      markBroken(errnoString(errno).c_str(), true);
       ackOff_ = 0;
       return true;
     }
@@ -176,6 +179,8 @@ bool TcpChannel::progressSend(SendItem& item, const OpDesc& desc) {
     }
   }
   noteSendStart(item);
+  // A re-make begun from a control poll is pending and this op needs the link: finish it now.
+  if (fd_ < 0 && !recover("while this rank was sending", 0)) throwBroken("while this rank was sending");
   // A written item may be confirmed even so: the peer acked it and finished (its ack and end of
   // stream read by a control poll since); the loop below looks at the ack first.
   bool written = item.frames > 0 && item.offset == item.len;
@@ -354,39 +359,96 @@ bool TcpChannel::replayKept() {
   return true;
 }
 
+void TcpChannel::noteBreak(const char* during, int err) {
+  breakNs_ = monoNs();
+  breakDeadline_ = deadlineAfter(breakNs_, reconnect_->plan().timeout_s);
+  breakWhy_ = err ? strFormat("%s: %s", during, errnoString(err).c_str())
+                  : strFormat("%s: %s", during, brokeHow_.empty() ? "connection lost" : brokeHow_.c_str());
+  HETOBS_WARN("link to %s broke (%s; chunks sent %llu, acknowledged %llu, received %llu); re-making it "
+              "(HETOBS_RECONNECT_TIMEOUT=%g s)",
+              peer_.describe().c_str(), breakWhy_.c_str(), (unsigned long long)framesSent_,
+              (unsigned long long)ackedAbs_, (unsigned long long)framesRecv_, reconnect_->plan().timeout_s);
+  abandon(fd_);
+  fd_ = -1;
+  closed_ = true;
+  reconnect_->log().broke(breakWhy_);
+}
+
+int TcpChannel::dialAndNote() {
+  int fd = reconnect_->remake(generation_ + 1, breakDeadline_, peer_, breakWhy_, localEnd_, remoteEnd_);
+  ResumeNote mine{kResumeMagic, generation_ + 1, framesRecv_};
+  try {
+    writeFull(fd, &mine, sizeof mine, breakDeadline_, "resume note");
+  } catch (const Error& e) {
+    ::close(fd);
+    reconnect_->log().failed(strFormat("resume: %s", e.what()));
+    return -1;  // the next dial tries again, or past the deadline names the link (LinkError)
+  }
+  return fd;
+}
+
+bool TcpChannel::finishPending(bool block) {
+  try {
+    if (block) {
+      setNonBlocking(pendingFd_, false);
+      readFull(pendingFd_, reinterpret_cast<char*>(&pendingNote_) + pendingOff_, sizeof pendingNote_ - pendingOff_,
+               breakDeadline_, "resume note");
+      pendingOff_ = sizeof pendingNote_;
+    }
+    while (pendingOff_ < sizeof pendingNote_) {
+      ssize_t n = recv(pendingFd_, reinterpret_cast<char*>(&pendingNote_) + pendingOff_,
+                       sizeof pendingNote_ - pendingOff_, MSG_DONTWAIT);
+      if (n > 0) {
+        pendingOff_ += size_t(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && wouldBlock(errno)) {
+        if (monoNs() >= breakDeadline_) throw Error("resume note: timed out");
+        return false;  // its note has not come yet: the peer takes the redial when it next polls
+      }
+      throw Error(n == 0 ? "resume note: connection closed" : "resume note: " + errnoString(errno));
+    }
+  } catch (const Error& e) {
+    ::close(pendingFd_);
+    pendingFd_ = -1;
+    pendingOff_ = 0;
+    reconnect_->log().failed(strFormat("resume: %s", e.what()));
+    return false;  // as in dialAndNote
+  }
+  int fd = pendingFd_;
+  pendingFd_ = -1;
+  pendingOff_ = 0;
+  adopt(fd, pendingNote_, breakNs_);
+  return true;
+}
+
 bool TcpChannel::recover(const char* during, int err) {
   // Only the peer's close message is a deliberate close (eof_): the PeerError it always was.
   // Resets, timeouts and bare ends of stream are re-made; a peer whose process is gone is
   // found so by the redial (its listener refuses), a live one that closed says so there.
   if (!reconnect_ || !reconnect_->enabled() || eof_) return false;
-  const int64_t broke = monoNs();
-  const int64_t deadline = deadlineAfter(broke, reconnect_->plan().timeout_s);
-  std::string why = err ? strFormat("%s: %s", during, errnoString(err).c_str())
-                        : strFormat("%s: %s", during, brokeHow_.empty() ? "connection lost" : brokeHow_.c_str());
-  HETOBS_WARN("link to %s broke (%s; chunks sent %llu, acknowledged %llu, received %llu); re-making it "
-              "(HETOBS_RECONNECT_TIMEOUT=%g s)",
-              peer_.describe().c_str(), why.c_str(), (unsigned long long)framesSent_, (unsigned long long)ackedAbs_,
-              (unsigned long long)framesRecv_, reconnect_->plan().timeout_s);
-  abandon(fd_);
-  fd_ = -1;
-  closed_ = true;
-  reconnect_->log().broke(why);
+  // A redial begun from a control poll (remakeInBackground): this op needs the link, so wait for it.
+  if (pendingFd_ >= 0 && finishPending(true)) return true;
+  if (fd_ >= 0 || breakDeadline_ == 0) noteBreak(during, err);
   for (;;) {
-    int fd = reconnect_->remake(generation_ + 1, deadline, peer_, why, localEnd_, remoteEnd_);
-    ResumeNote mine{kResumeMagic, generation_ + 1, framesRecv_}, theirs{};
-    try {
-      writeFull(fd, &mine, sizeof mine, deadline, "resume note");
-      readFull(fd, &theirs, sizeof theirs, deadline, "resume note");
-    } catch (const Error& e) {
-      ::close(fd);
-      reconnect_->log().failed(strFormat("resume: %s", e.what()));
-      if (monoNs() >= deadline) throw;
-      HETOBS_DEBUG("resume with %s failed (%s); trying again", peer_.describe().c_str(), e.what());
-      continue;
-    }
-    adopt(fd, theirs, broke);
-    return true;
+    int fd = dialAndNote();
+    if (fd < 0) continue;
+    pendingFd_ = fd;
+    pendingOff_ = 0;
+    if (finishPending(true)) return true;
   }
+}
+
+bool TcpChannel::remakeInBackground() {
+  if (pendingFd_ < 0) {
+    if (fd_ >= 0 || breakDeadline_ == 0) noteBreak("while no op of this rank used the link", 0);
+    int fd = dialAndNote();
+    if (fd < 0) return false;
+    pendingFd_ = fd;
+    pendingOff_ = 0;
+  }
+  return finishPending(false);
 }
 
 void TcpChannel::adopt(int fd, const ResumeNote& theirs, int64_t brokeAtNs) {
@@ -404,11 +466,17 @@ void TcpChannel::adopt(int fd, const ResumeNote& theirs, int64_t brokeAtNs) {
                     peer_.rank, false);
   }
   if (fd_ >= 0) abandon(fd_);
+  if (pendingFd_ >= 0 && pendingFd_ != fd) {  // the peer's redial overtook our own (acceptor side: never)
+    ::close(pendingFd_);
+    pendingFd_ = -1;
+  }
   fd_ = fd;
+  breakDeadline_ = 0;
   generation_ = std::max(generation_ + 1, theirs.generation);
   closed_ = false;
   eof_ = false;
   brokeHow_.clear();
+  resetSeen_ = false;
   // Receive side: a half-read frame is dropped; the peer resends it whole.
   haveHdr_ = false;
   rhdrOff_ = 0;
@@ -435,14 +503,14 @@ bool TcpChannel::readHeader() {
     if (n == 0) {
       // No close message came: a break (its process ended, or a reset that a send read
       // first, which leaves only the end of stream here). The caller re-makes or reports it.
-      markBroken("end of stream without a close message");
+      markBroken("end of stream without a close message", false);
       return false;
     }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (wouldBlock(errno)) return false;
       if (errno == ECONNRESET || errno == ETIMEDOUT || errno == EPIPE) {
-        markBroken(errnoString(errno).c_str());  // the caller re-makes the link or reports it
+        markBroken(errnoString(errno).c_str(), true);  // the caller re-makes the link or reports it
         return false;
       }
       throwIo("receiving", errno);
@@ -500,13 +568,13 @@ bool TcpChannel::skipPayload() {
     size_t n0 = std::min<size_t>(rhdr_.bytes - rpayOff_, staging_.size());
     ssize_t n = recv(fd_, staging_.data(), n0, MSG_DONTWAIT);
     if (n == 0) {
-      markBroken("end of stream without a close message");
+      markBroken("end of stream without a close message", false);
       return false;
     }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (wouldBlock(errno)) return false;
-      markBroken(errnoString(errno).c_str());
+      markBroken(errnoString(errno).c_str(), true);
       return false;
     }
     rpayOff_ += size_t(n);
@@ -518,6 +586,8 @@ bool TcpChannel::skipPayload() {
 bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
   if (item.done) return true;
   noteRecvStart(item);
+  if (fd_ < 0 && !recover("while this rank was receiving from it", 0))  // as in progressSend
+    throwBroken("while this rank was receiving from it");
   // A resume left kept frames to re-send, and no send item may come to drive it: the peer
   // may wait for them before it sends what this item waits for.
   if (rewindTo_ != ~0ull || framesSent_ < curFirst_) {
@@ -550,7 +620,7 @@ bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
       ssize_t n = recv(fd_, target + rpayOff_, rhdr_.bytes - rpayOff_, MSG_DONTWAIT);
       if (n == 0) {
         // Cut mid-frame: never a deliberate close (that comes as a frame of its own).
-        markBroken("end of stream in the middle of a message");
+        markBroken("end of stream in the middle of a message", false);
         if (!recover("receiving data", 0)) throwBroken("in the middle of a message");
         break;
       }
@@ -604,20 +674,20 @@ bool TcpChannel::pollControl() {
       }
     }
   }
-  // A point-to-point send returned once written; its link broke before the peer had it all.
-  // The peer may wait for those bytes in an op that needs nothing else from us, so the dialling
-  // end re-makes the link from whatever op polls it (the other end takes the redial above,
-  // without blocking: it must not wait here for a peer that may be idle).
-  if (closed_ && !eof_ && !discarding_ && resumable() && reconnect_->dialer() && keptCount_ && keptAt(0).owned) {
-    // What the peer sent before the break is still readable: its acks may release the copies,
-    // its close frame may say it left on purpose.
-    if (!haveHdr_) readHeader();
-    releaseAcked();
-    if (!eof_ && keptCount_ && keptAt(0).owned &&
-        recover("while this rank held point-to-point data the peer has not confirmed", 0))
-      changed = true;
+  // The link broke and the op that noticed it (or the keepalive's reset) does not use it: the
+  // peer may still wait on it (for an ack its op needs, for a point-to-point send's bytes held
+  // here), and only the dialling end can re-make it. It dials now (quick once the network is
+  // back) and sends its resume note, but does not wait for the peer's: a peer idle in
+  // computation takes the redial only when it next polls, and this op must not wait for that.
+  // What the peer sent before the break is read first: its close frame says it left on purpose.
+  // A bare end of stream with nothing held here is a peer whose process ended (a network fault
+  // resets): an op that needs that peer finds out, an op that does not is left alone.
+  if (closed_ && !eof_ && !discarding_ && resumable() && reconnect_->dialer() &&
+      (resetSeen_ || holdsUnacked() || fd_ < 0)) {
+    if (!haveHdr_ && fd_ >= 0) readHeader();
+    if (!eof_ && remakeInBackground()) changed = true;
   }
-  if ((rewindTo_ != ~0ull || framesSent_ < curFirst_) && !discarding_) {  // failed: the op is over
+  if ((rewindTo_ != ~0ull || framesSent_ < curFirst_) && !discarding_ && fd_ >= 0) {  // failed: the op is over
     startRewind();
     changed |= replayKept();
   }

@@ -33,7 +33,7 @@ class TcpChannel : public Channel {
   void discardData() override { discarding_ = true; }
   bool holdsData() const override { return haveHdr_; }
   bool peerClosed() const override { return closed_; }
-  int pollFd() const override { return fd_; }
+  int pollFd() const override { return fd_ >= 0 ? fd_ : pendingFd_; }  // a redial's answer wakes the op too
   bool isShm() const override { return false; }
   bool sendWaitsForAck() const override { return awaitingAck_; }
   bool sendConfirmed(const SendItem& item) const override {
@@ -56,10 +56,19 @@ class TcpChannel : public Channel {
   [[noreturn]] void throwIo(const char* what, int err);
   // The connection broke and is not re-made (reconnect off): closed if the peer said so, else broken.
   [[noreturn]] void throwBroken(const char* during);
-  void markBroken(const char* how);  // a reset or an end of stream without the close message
+  void markBroken(const char* how, bool reset);  // a reset or an end of stream without the close message
   // The connection broke (err 0: closed). Re-make it and set up the resume; false when
   // reconnecting is off (the caller raises as before). Throws PeerError / LinkError.
   bool recover(const char* during, int err);
+  // The pieces of a re-make: note the break (abandon the socket, warn, record it), dial and send
+  // our resume note (-1: that try failed, try again), and take the peer's note from the pending
+  // connection (block: wait for it up to the deadline; else only what has come). A dialling end
+  // whose broken link no op of its uses re-makes it from a control poll without blocking on the
+  // peer's note (remakeInBackground): the peer may be idle and take the redial much later.
+  void noteBreak(const char* during, int err);
+  int dialAndNote();
+  bool finishPending(bool block);
+  bool remakeInBackground();
   void adopt(int fd, const ResumeNote& theirs, int64_t brokeAtNs);
   // After a resume: move the send side back to the peer's count (rewindTo_). Frames of kept
   // items come again from replayKept(); the current item restarts at its frame.
@@ -81,6 +90,14 @@ class TcpChannel : public Channel {
   bool closed_ = false;
   bool eof_ = false;  // the peer sent its close message (FrameKind::kClose): closed on purpose
   std::string brokeHow_;  // how the connection broke, for the log and the reconnect record
+  bool resetSeen_ = false;  // it broke by a reset or timeout (a network fault), not only an end of stream
+  // The break being re-made (breakDeadline_ 0: none): when, until when, why; and a redial that
+  // waits for the peer's resume note (pendingFd_ >= 0, pendingOff_ bytes of it read).
+  int64_t breakNs_ = 0, breakDeadline_ = 0;
+  std::string breakWhy_;
+  int pendingFd_ = -1;
+  ResumeNote pendingNote_{};
+  size_t pendingOff_ = 0;
   bool discarding_ = false;
   // send side: the frame being written
   FrameHeader shdr_{};
