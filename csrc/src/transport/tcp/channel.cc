@@ -143,6 +143,7 @@ bool TcpChannel::flushAck() {
     ahdr_.magic = kFrameMagic;
     ahdr_.kind = uint8_t(FrameKind::kAck);
     ahdr_.chunk = framesRecv_;
+    ackedOut_ = framesRecv_;
     ackOwed_ = false;
   }
   while (ackOff_ < sizeof ahdr_) {
@@ -172,10 +173,10 @@ bool TcpChannel::progressSend(SendItem& item, const OpDesc& desc) {
   if (!item.started) {
     // Kept items of another op were left by a failure: nothing will confirm or resend them.
     // (Copies of point-to-point sends stay: those ops completed; the peer still needs them.)
-    if (keptCount_ && !keptAt(0).owned && !(keptAt(0).desc == desc)) keptCount_ = 0;
+    if (keptCount_ && !keptAt(0).owned && !(keptAt(0).desc == desc)) dropKept();
     if (rewindTo_ == ~0ull && framesSent_ > curFirst_) {  // an earlier item ended in an error
       curFirst_ = framesSent_;
-      keptCount_ = 0;
+      dropKept();
     }
   }
   noteSendStart(item);
@@ -284,6 +285,9 @@ TcpChannel::Kept& TcpChannel::pushKept() {
 }
 
 void TcpChannel::keepItem(const SendItem& item, const OpDesc& desc, bool copy) {
+  // A copy holds only what the peer has not confirmed: it acks long messages as they arrive, and
+  // those acks wait unread on the link (nothing reads while a send writes).
+  if (copy && !haveHdr_ && !closed_ && fd_ >= 0) readHeader();
   releaseAcked();
   if (ackedAbs_ >= framesSent_) return;  // confirmed already: nothing to hold
   Kept& k = pushKept();
@@ -293,12 +297,47 @@ void TcpChannel::keepItem(const SendItem& item, const OpDesc& desc, bool copy) {
   k.end = framesSent_;
   k.desc = desc;
   k.owned = copy;
-  if (copy) k.copy.assign(item.data, item.data + item.len);  // the caller may reuse its buffer now
+  if (!copy) {
+    noteUnacked(keptCount_);
+    return;
+  }
+  if (ackedAbs_ > k.first) {  // whole frames: a resume re-sends the copy frame by frame
+    size_t skip = size_t(ackedAbs_ - k.first) * kTcpFrameBytes;
+    k.first = ackedAbs_;
+    k.data += skip;
+    k.len -= skip;
+  }
+  // Into a spare buffer's memory when one is big enough: a fresh allocation per message costs
+  // page faults that made 64 MiB sends several times slower than the copy itself.
+  size_t best = spareCopies_.size();
+  for (size_t i = 0; i < spareCopies_.size(); ++i)
+    if (spareCopies_[i].capacity() >= k.len &&
+        (best == spareCopies_.size() || spareCopies_[i].capacity() < spareCopies_[best].capacity()))
+      best = i;
+  if (best < spareCopies_.size()) {
+    k.copy.swap(spareCopies_[best]);
+    spareCopies_.erase(spareCopies_.begin() + long(best));
+  }
+  k.copy.assign(k.data, k.data + k.len);  // the caller may reuse its buffer now
   noteUnacked(keptCount_);
+}
+
+void TcpChannel::retire(Kept& k) {
+  if (!k.owned) return;
+  k.owned = false;
+  // Kept for the next copies (a send and its reply need one; a stream a few); past that, freed.
+  if (spareCopies_.size() < kSpareCopies) spareCopies_.push_back(std::move(k.copy));
+  k.copy = std::vector<uint8_t>();
+}
+
+void TcpChannel::dropKept() {
+  for (size_t i = 0; i < keptCount_; ++i) retire(keptAt(i));
+  keptCount_ = 0;
 }
 
 void TcpChannel::releaseAcked() {
   while (keptCount_ && keptAt(0).end <= ackedAbs_) {
+    retire(keptAt(0));
     keptHead_ = (keptHead_ + 1) % kept_.size();
     --keptCount_;
   }
@@ -647,6 +686,13 @@ bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
       ackOwed_ = true;
       flushAck();
       return true;
+    }
+    // Inside a long message too, now and then: the sender of a point-to-point message copies
+    // only what is not confirmed when its send completes (keepItem), and a resume of a long
+    // collective send rewinds less. A 64-byte frame every 4 MiB.
+    if (framesRecv_ - ackedOut_ >= kAckEveryFrames) {
+      ackOwed_ = true;
+      flushAck();
     }
   }
 }

@@ -103,8 +103,10 @@ class TcpChannel : public Channel {
   FrameHeader shdr_{};
   bool inFrame_ = false;
   size_t frameOff_ = 0;  // bytes of header+payload written
-  // acks owed to the peer (cumulative frames received)
+  // acks owed to the peer (cumulative frames received); ackedOut_: the count the last ack carried
   bool ackOwed_ = false;
+  uint64_t ackedOut_ = 0;
+  static constexpr uint64_t kAckEveryFrames = 8;
   FrameHeader ahdr_{};
   size_t ackOff_ = 0;  // >0 while an ack frame is half written
   // recv side
@@ -127,7 +129,7 @@ class TcpChannel : public Channel {
   // or relay returns once written, so its bytes are copied (`owned`) and held until the peer
   // acknowledges them: a blocking send must not wait for the matching receive, and the ring
   // grows for as many such sends as the peer leaves unreceived (bounded by the kernel's buffers
-  // in between: a receiver reads only into posted receives). Slots keep their copy's capacity.
+  // in between: a receiver reads only into posted receives). Released copies' memory is reused.
   struct Kept {
     const uint8_t* data = nullptr;
     size_t len = 0;
@@ -143,6 +145,10 @@ class TcpChannel : public Channel {
   Kept& keptAt(size_t i) { return kept_[(keptHead_ + i) % kept_.size()]; }
   const Kept& keptAt(size_t i) const { return kept_[(keptHead_ + i) % kept_.size()]; }
   Kept& pushKept();  // a slot at the tail (the ring grows when full)
+  void retire(Kept& k);  // a released item: its copy's memory goes to spareCopies_ (or is freed)
+  void dropKept();       // forget every kept item (an op failed: nothing will confirm them)
+  static constexpr size_t kSpareCopies = 4;
+  std::vector<std::vector<uint8_t>> spareCopies_;  // memory of released copies, reused
   // Recover a broken link that holds data the peer may lack, even when no op uses it now.
   bool holdsUnacked() const { return framesSent_ > ackedAbs_; }
   std::atomic<uint64_t> unackedMax_{0};
