@@ -25,64 +25,51 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from _inline import InlineJob  # noqa: E402
+from _inline import InlineJob, loop_program  # noqa: E402
 from netns import Hosts, burst_results, reset_bursts  # noqa: E402
 
-RANK = r"""
-import os, sys, time, numpy as np, hetobs
-stop = STOP
-comm = hetobs.init()
+# Each round, every result checked exactly: 9 ops (an all_reduce, reduce_scatter, all_gather,
+# broadcast, all_to_all, a send and a receive with the rank in the same place on the other host,
+# a relay both ways, and the loop's own stop-flag all_reduce).
+SETUP = """
 r, w = comm.rank, comm.size
-peer = (r + w // 2) % w  # the rank in the same place on the other host
+peer = (r + w // 2) % w
 n = 1 << 20  # float32 elements: 4 MiB
 x = np.empty(n, np.float32)
 blk = np.empty(n // w, np.float32)
 gat = np.empty(n // w * w, np.float32)
 a2a = np.empty(n, np.float32)
 got = np.empty(1 << 18, np.uint8)
-flag = np.zeros(1, np.float32)
-i = 0
 def made(src, k):
     return ((np.arange(got.size, dtype=np.uint64) * 2654435761 + src * 7919 + k) & 255).astype(np.uint8)
-try:
-    while True:
-        x[:] = r + i
-        comm.all_reduce(x)
-        assert np.all(x == w * (w - 1) // 2 + w * i), ("all_reduce", i)
-        x[:] = r + 1
-        comm.reduce_scatter(blk, x)
-        assert np.all(blk == w * (w + 1) // 2), ("reduce_scatter", i)
-        blk[:] = r + i
-        comm.all_gather(gat, blk)
-        assert all(np.all(gat[k * blk.size:(k + 1) * blk.size] == k + i) for k in range(w)), ("all_gather", i)
-        x[:] = (i % w) * 10 + i if r == i % w else -1
-        comm.broadcast(x, root=i % w)
-        assert np.all(x == (i % w) * 10 + i), ("broadcast", i)
-        x[:] = np.repeat(np.arange(w, dtype=np.float32) + 100 * r, n // w)
-        comm.all_to_all(a2a, x)
-        assert all(np.all(a2a[k * (n // w):(k + 1) * (n // w)] == r + 100 * k) for k in range(w)), ("all_to_all", i)
-        if r < peer:
-            comm.send(made(r, i), peer)
-            comm.recv(got, peer)
-        else:
-            comm.recv(got, peer)
-            comm.send(made(r, i), peer)
-        assert np.array_equal(got, made(peer, i)), ("p2p", i)
-        comm.relay([(peer, made(r, i + 7))], [(peer, got)])
-        assert np.array_equal(got, made(peer, i + 7)), ("relay", i)
-        if i == 0:
-            print("STARTED", flush=True)
-        flag[0] = float(os.path.exists(stop))
-        comm.all_reduce(flag, op="max")
-        i += 1
-        if flag[0]:
-            break
-except hetobs.PeerError as e:
-    print("FAILED", i, str(e).replace(chr(10), " "), flush=True)
-    sys.exit(3)
-print("ROUNDS", i, "OPS", i * 9, "RECONNECTS", sum(l["reconnects"] for l in comm.links()), flush=True)
-comm.close()
 """
+STEP = """
+x[:] = r + i
+comm.all_reduce(x)
+assert np.all(x == w * (w - 1) // 2 + w * i), ("all_reduce", i)
+x[:] = r + 1
+comm.reduce_scatter(blk, x)
+assert np.all(blk == w * (w + 1) // 2), ("reduce_scatter", i)
+blk[:] = r + i
+comm.all_gather(gat, blk)
+assert all(np.all(gat[k * blk.size:(k + 1) * blk.size] == k + i) for k in range(w)), ("all_gather", i)
+x[:] = (i % w) * 10 + i if r == i % w else -1
+comm.broadcast(x, root=i % w)
+assert np.all(x == (i % w) * 10 + i), ("broadcast", i)
+x[:] = np.repeat(np.arange(w, dtype=np.float32) + 100 * r, n // w)
+comm.all_to_all(a2a, x)
+assert all(np.all(a2a[k * (n // w):(k + 1) * (n // w)] == r + 100 * k) for k in range(w)), ("all_to_all", i)
+if r < peer:
+    comm.send(made(r, i), peer)
+    comm.recv(got, peer)
+else:
+    comm.recv(got, peer)
+    comm.send(made(r, i), peer)
+assert np.array_equal(got, made(peer, i)), ("p2p", i)
+comm.relay([(peer, made(r, i + 7))], [(peer, got)])
+assert np.array_equal(got, made(peer, i + 7)), ("relay", i)
+"""
+OPS_PER_ROUND = 9
 
 
 def _proc(pid: int) -> dict[str, int]:
@@ -105,18 +92,6 @@ def _sample(job: InlineJob) -> dict:
     return {"ranks": ranks, "dev_shm_files": len(shm), "t": round(time.monotonic(), 1)}
 
 
-def _started(job: InlineJob, timeout: float = 120.0) -> None:
-    p = job.procs[0]
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        line = p.stdout.readline()  # type: ignore[union-attr]
-        if line.startswith("STARTED"):
-            return
-        if not line and p.poll() is not None:
-            sys.exit(f"rank 0 exited before its first round: {p.stderr.read()[-3000:]}")  # type: ignore[union-attr]
-    sys.exit(f"rank 0 did not start in {timeout} s")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=30.0, help="how long to run (default 30)")
@@ -133,10 +108,10 @@ def main() -> None:
     load0 = os.getloadavg()
     with Hosts(2) as hosts:
         prefix = [hosts.prefix(0), hosts.prefix(0), hosts.prefix(1), hosts.prefix(1)]
-        with InlineJob(RANK.replace("STOP", repr(str(stop))), 4, tmp,
+        with InlineJob(loop_program(STEP, setup=SETUP, stop=str(stop)), 4, tmp,
                        env={"HETOBS_TIMEOUT": "120", "HETOBS_CONNECT_TIMEOUT": "60", "HETOBS_HANG_TIMEOUT": "120"},
                        transport="auto", master_addr=hosts.addrs[0], prefix=prefix) as job:
-            _started(job)
+            job.wait_line(0, "STARTED", 120)
             t_start = time.monotonic()
             deadline = t_start + args.minutes * 60
             # The first burst comes before the first sample, so what a reconnect allocates once
@@ -162,8 +137,13 @@ def main() -> None:
            "ranks_ok": sum(r.returncode == 0 for r in runs), "start": start, "end": end,
            "loadavg_start": [round(x, 1) for x in load0], "loadavg_end": [round(x, 1) for x in os.getloadavg()]}
     for r in runs:
-        line = next((l for l in r.stdout.splitlines() if l.startswith(("ROUNDS", "FAILED"))), r.stderr[-500:])
-        out[f"rank{r.rank}"] = line
+        rounds = next((int(l.split()[1]) for l in r.stdout.splitlines() if l.startswith("OPS ")), None)
+        links = next((json.loads(l[len("LINKS "):]) for l in r.stdout.splitlines() if l.startswith("LINKS ")), None)
+        failed = next((l for l in r.stdout.splitlines() if l.startswith("FAILED")), None)
+        out[f"rank{r.rank}"] = {"rc": r.returncode, "rounds": rounds,
+                                "ops": rounds * OPS_PER_ROUND if rounds is not None else None,
+                                "reconnects": sum(links) if links else 0,
+                                "failed": failed or (r.stderr[-300:] if r.returncode else None)}
     print(json.dumps(out, indent=1))
     subprocess.run(["rm", "-rf", str(tmp)], check=False)
 

@@ -183,10 +183,13 @@ def reset_bursts(hosts: Hosts, i: int, count: int, seconds: float, gap: float) -
     namespace (Hosts.close).
     """
     rule = RESET_RULE
-    one = (f"iptables -I {rule} && t0=$(date +%s.%N) && sleep {seconds}; "
-           "n=$(iptables -nvxL INPUT | awk '/REJECT/ {s += $1} END {print s + 0}'); "
-           f"iptables -D {rule}; echo $n $t0 $(date +%s.%N)")
-    script = f"for k in $(seq {count}); do {one}; sleep {gap}; done"
+    # set -e: a rule that failed to go in or out ends the script with an error (burst_results
+    # raises), and the check at the end proves none is left behind.
+    one = (f"iptables -w -I {rule}; t0=$(date +%s.%N); sleep {seconds}; "
+           "n=$(iptables -w -nvxL INPUT | awk '/REJECT/ {s += $1} END {print s + 0}'); "
+           f"iptables -w -D {rule}; echo $n $t0 $(date +%s.%N)")
+    script = (f"set -e; for k in $(seq {count}); do {one}; sleep {gap}; done; "
+              "test $(iptables -w -S INPUT | grep -c REJECT) -eq 0")
     return subprocess.Popen([*hosts.prefix(i), "sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -38,18 +37,6 @@ while True:
 """
 
 
-def _started(job: InlineJob, rank: int, timeout: float = 90.0) -> None:
-    p = job.procs[rank]
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        line = p.stdout.readline()  # type: ignore[union-attr]
-        if line.startswith("STARTED"):
-            return
-        if not line and p.poll() is not None:
-            raise AssertionError(f"rank {rank} exited before its first op: {p.stderr.read()[-3000:]}")  # type: ignore[union-attr]
-    raise AssertionError(f"rank {rank} did not start in {timeout} s")
-
-
 def test_a_frozen_host_gets_one_host_verdict_and_is_the_only_host_to_exclude(tmp_path: Path) -> None:
     with Hosts(2) as hosts:
         names = [f"node-{i}-{hosts.switch[-6:]}" for i in range(2)]
@@ -60,7 +47,7 @@ def test_a_frozen_host_gets_one_host_verdict_and_is_the_only_host_to_exclude(tmp
         stopped: list[int] = []
         try:
             for r in range(4):
-                _started(job, r)
+                job.wait_line(r, "STARTED")
             # Every process of host 1 at once: its ranks (and anything else running there).
             stopped = hosts.pids(1)
             assert {p.pid for p in job.procs[2:]} <= set(stopped), (stopped, job.pids)

@@ -17,33 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from _inline import InlineJob
+from _inline import InlineJob, loop_program
 from netns import NETNS_SKIP_REASON, Hosts, Impairment
 
 pytestmark = [pytest.mark.skipif(NETNS_SKIP_REASON is not None, reason=str(NETNS_SKIP_REASON)),
               pytest.mark.slow, pytest.mark.root]
 
-# 192 KiB all_reduces until STOP exists (agreed through a tiny all_reduce); every sum checked;
-# each op printed, so the test can wait for ops done under the fault (not for time to pass).
-LOOP = """
-import os, sys, time, numpy as np, hetobs
-stop = STOP
-comm = hetobs.init()
-x = np.empty(48 << 10, np.float32)
-flag = np.zeros(1, np.float32)
-i = 0
-while True:
-    x[:] = comm.rank + 1 + i
-    comm.all_reduce(x)
-    assert np.all(x == 6 + 3 * i), (i, x[:4])
-    print("OP", i, time.monotonic(), flush=True)
-    flag[0] = float(os.path.exists(stop))
-    comm.all_reduce(flag, op="max")
-    i += 1
-    if flag[0]:
-        break
-print("OPS", i, flush=True)
-comm.close()
+# 192 KiB all_reduces, every sum checked, until the stop file exists; each op printed with its
+# time, so the test can wait for ops done under the fault (not for time to pass).
+STEP = """
+x[:] = comm.rank + 1 + i
+comm.all_reduce(x)
+assert np.all(x == 6 + 3 * i), (i, x[:4])
+print("OP", i, time.monotonic(), flush=True)
 """
 
 OPS_UNDER_FAULT = 12  # 12 x 256 KiB on each ring link: past the window's 1 MiB, rtt and rate settled
@@ -69,7 +55,7 @@ def _ops_after(job: InlineJob, rank: int, since: float, count: int, timeout: flo
 def test_a_lossy_jittery_link_completes_exact_and_the_window_names_it(tmp_path: Path) -> None:
     with Hosts(3) as hosts:
         stop = tmp_path / "stop"
-        job = InlineJob(LOOP.replace("STOP", repr(str(stop))), 3, tmp_path,
+        job = InlineJob(loop_program(STEP, setup="x = np.empty(48 << 10, np.float32)", stop=str(stop)), 3, tmp_path,
                         env={"HETOBS_TIMEOUT": "120", "HETOBS_CONNECT_TIMEOUT": "60"}, transport="tcp",
                         master_addr=hosts.addrs[0], prefix=[hosts.prefix(i) for i in range(3)])
         with job:

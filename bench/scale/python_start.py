@@ -21,7 +21,6 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,9 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import free_port, reap  # noqa: E402  (bench/scale/run.py: the native-rank scale harness)
 
 RANK = r"""
 import os, sys, time
@@ -51,12 +53,6 @@ comm.close()
 
 FALLBACK = "is unusable"  # the shared-memory fallback warning (csrc/src/comm/connect.cc)
 MB_PER_RANK = 32  # memory of one Python rank with numpy and hetobs (PSS ~23 MiB) and its segments, rounded up
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def available_mb() -> int:
@@ -107,21 +103,12 @@ def one_run(n: int, ops: int, timeout: float) -> dict:
         wall = time.monotonic() - t0
         started = len(init_s) == n
         return {"ranks": n, "started": started, "failed_ranks": n - len(init_s), "fallback_warnings": fallbacks,
-                # the slowest rank's init is the job's start-up: launch to the last init returning
+                # the job's start-up: from launching the first process to the last rank's init returning
                 "startup_s": round(max(ready_at) - launched, 2) if started else None,
                 "init_p50_s": round(statistics.median(init_s), 2) if init_s else None,
                 "wall_s": round(wall, 1), "errors": sorted(set(errors))[:3]}
     finally:
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
-        for name in os.listdir("/dev/shm"):
-            if name.startswith(f"hetobs-stats-{job}-"):
-                os.unlink(os.path.join("/dev/shm", name))
+        reap(procs, job)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

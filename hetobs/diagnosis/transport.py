@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .causes import Cause
+from .direction import links_to
 from .job import LoadedJob
 from .summary import CommView, LinkReconnect
 from .types import CommKey, Verdict, VerdictKind
@@ -43,15 +44,7 @@ def _failed_view(job: LoadedJob, rank: int) -> Optional[CommView]:
 
 
 def _record(job: LoadedJob, rank: int, peer: int, comm: Optional[CommKey]) -> Optional[LinkReconnect]:
-    d = job.dumps.get(rank)
-    if d is None:
-        return None
-    views = [d.comms[comm]] if comm is not None and comm in d.comms else list(d.comms.values())
-    for v in views:
-        for lk in v.links:
-            if lk.peer == peer and lk.reconnect is not None:
-                return lk.reconnect
-    return None
+    return next((lk.reconnect for lk in links_to(job, rank, peer, comm) if lk.reconnect is not None), None)
 
 
 def _refused(rec: Optional[LinkReconnect], peer_failed_ns: Optional[int]) -> bool:

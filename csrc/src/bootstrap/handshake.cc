@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -65,6 +66,7 @@ Digest serverMac(const Credentials& c, const uint8_t* snonce, const uint8_t* cno
 }  // namespace
 
 void clientHandshake(int fd, const Credentials& cred, const Hello& hello, int64_t deadlineNs) {
+  deadlineNs = std::min(deadlineNs, monoNs() + kHandshakeAnswerNs);  // silence past it: dropped
   // Until the server answers, an I/O failure (close, reset, our deadline) is a server that gave
   // up on us (its deadline, a full queue of unproven connections) or a network fault: dialling
   // again is right, which an AuthError would forbid. A refusal is an explicit answer (status 1).

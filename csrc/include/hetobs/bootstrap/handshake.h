@@ -34,6 +34,13 @@ struct Hello {
   uint32_t generation = 0;  // kTransport: 0 a link's first connection, n its n-th reconnect
 };
 
+// A client waits at most this long for the server's hello and answer (servers drop a
+// handshake unanswered after 2 s): a connection made just before a network fault can go
+// silent with no reset ever arriving (the server's packets met the fault), and waiting out the
+// caller's whole deadline on it stalled reconnects and on-demand connects for 30-60 s. The
+// exchange of resume notes on a re-made link waits as long at most, for the same reason.
+constexpr int64_t kHandshakeAnswerNs = 5000000000LL;
+
 constexpr uint32_t kHandshakeAccepted = 0;
 constexpr uint32_t kHandshakeRefused = 1;
 constexpr uint32_t kHandshakeCommClosed = 2;

@@ -7,6 +7,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -429,9 +430,11 @@ int TcpChannel::dialAndNote() {
 bool TcpChannel::finishPending(bool block) {
   try {
     if (block) {
+      // Bounded like a handshake's answer: a note lost with a connection that died silently
+      // is not waited for until the deadline; the link is dialled again.
       setNonBlocking(pendingFd_, false);
       readFull(pendingFd_, reinterpret_cast<char*>(&pendingNote_) + pendingOff_, sizeof pendingNote_ - pendingOff_,
-               breakDeadline_, "resume note");
+               std::min(breakDeadline_, monoNs() + kHandshakeAnswerNs), "resume note");
       pendingOff_ = sizeof pendingNote_;
     }
     while (pendingOff_ < sizeof pendingNote_) {
@@ -705,7 +708,8 @@ bool TcpChannel::pollControl() {
     if (fd >= 0) {
       if (!closed_) reconnect_->log().broke("the peer re-made the link (it saw the break first)");
       ResumeNote mine{kResumeMagic, generation_ + 1, framesRecv_}, theirs{};
-      int64_t dl = deadlineAfter(monoNs(), reconnect_->plan().timeout_s);
+      // The dialler sent its note right after the handshake: it is there, or lost (as in finishPending).
+      int64_t dl = std::min(deadlineAfter(monoNs(), reconnect_->plan().timeout_s), monoNs() + kHandshakeAnswerNs);
       try {
         writeFull(fd, &mine, sizeof mine, dl, "resume note");
         readFull(fd, &theirs, sizeof theirs, dl, "resume note");
