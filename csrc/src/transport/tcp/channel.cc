@@ -414,11 +414,15 @@ void TcpChannel::noteBreak(const char* during, int err) {
   reconnect_->log().broke(breakWhy_);
 }
 
-int TcpChannel::dialAndNote() {
-  int fd = reconnect_->remake(generation_ + 1, breakDeadline_, peer_, breakWhy_, localEnd_, remoteEnd_);
+int TcpChannel::dialAndNote(bool background) {
+  // In the background one short try (the op that polls does not wait out a dead network here;
+  // the next poll tries again), for an op the reconnect window, then the link is named down.
+  int fd = background ? reconnect_->tryRemake(generation_ + 1, monoNs() + kBackgroundTryNs, peer_, breakWhy_)
+                      : reconnect_->remake(generation_ + 1, breakDeadline_, peer_, breakWhy_, localEnd_, remoteEnd_);
+  if (fd < 0) return -1;
   ResumeNote mine{kResumeMagic, generation_ + 1, framesRecv_};
   try {
-    writeFull(fd, &mine, sizeof mine, breakDeadline_, "resume note");
+    writeFull(fd, &mine, sizeof mine, monoNs() + kHandshakeAnswerNs, "resume note");
   } catch (const Error& e) {
     ::close(fd);
     reconnect_->log().failed(strFormat("resume: %s", e.what()));
@@ -445,10 +449,7 @@ bool TcpChannel::finishPending(bool block) {
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && wouldBlock(errno)) {
-        if (monoNs() >= breakDeadline_) throw Error("resume note: timed out");
-        return false;  // its note has not come yet: the peer takes the redial when it next polls
-      }
+      if (n < 0 && wouldBlock(errno)) return false;  // the peer takes the redial when it next polls
       throw Error(n == 0 ? "resume note: connection closed" : "resume note: " + errnoString(errno));
     }
   } catch (const Error& e) {
@@ -470,11 +471,16 @@ bool TcpChannel::recover(const char* during, int err) {
   // Resets, timeouts and bare ends of stream are re-made; a peer whose process is gone is
   // found so by the redial (its listener refuses), a live one that closed says so there.
   if (!reconnect_ || !reconnect_->enabled() || eof_) return false;
-  // A redial begun from a control poll (remakeInBackground): this op needs the link, so wait for it.
-  if (pendingFd_ >= 0 && finishPending(true)) return true;
-  if (fd_ >= 0 || breakDeadline_ == 0) noteBreak(during, err);
+  if (fd_ >= 0 || breakDeadline_ == 0) {
+    noteBreak(during, err);
+  } else {
+    // A re-make begun in the background (the link broke while no op used it): this op needs
+    // the link now and gets the whole reconnect window from now, as if it had just broken.
+    breakDeadline_ = deadlineAfter(monoNs(), reconnect_->plan().timeout_s);
+    if (pendingFd_ >= 0 && finishPending(true)) return true;
+  }
   for (;;) {
-    int fd = dialAndNote();
+    int fd = dialAndNote(false);
     if (fd < 0) continue;
     pendingFd_ = fd;
     pendingOff_ = 0;
@@ -485,7 +491,10 @@ bool TcpChannel::recover(const char* during, int err) {
 bool TcpChannel::remakeInBackground() {
   if (pendingFd_ < 0) {
     if (fd_ >= 0 || breakDeadline_ == 0) noteBreak("while no op of this rank used the link", 0);
-    int fd = dialAndNote();
+    int64_t now = monoNs();
+    if (now < nextBackgroundTry_) return false;
+    nextBackgroundTry_ = now + kBackgroundRetryNs;
+    int fd = dialAndNote(true);
     if (fd < 0) return false;
     pendingFd_ = fd;
     pendingOff_ = 0;

@@ -154,17 +154,15 @@ int Reconnector::await(int64_t deadlineNs, const PeerInfo& peer) {
   }
 }
 
-int Reconnector::remake(uint32_t generation, int64_t deadlineNs, const PeerInfo& peer, const std::string& why,
-                        const std::string& oldLocal, const std::string& oldRemote) {
-  int fd = -1;
+int Reconnector::tryRemake(uint32_t generation, int64_t deadlineNs, const PeerInfo& peer, const std::string& why) {
   try {
-    fd = dialer() ? dial(generation, deadlineNs, peer) : await(deadlineNs, peer);
+    return dialer() ? dial(generation, deadlineNs, peer) : await(deadlineNs, peer);
   } catch (const PeerError& e) {
     if (e.closed) {  // the peer is gone: the error it always was
       log_.ended("closed", e.what());
       throw;
     }
-    fd = -1;
+    return -1;
   } catch (const CommClosedError& e) {
     // It closed the communicator (or it failed there) while the link was down: the close
     // message was lost with the connection, the listener said it instead.
@@ -177,8 +175,13 @@ int Reconnector::remake(uint32_t generation, int64_t deadlineNs, const PeerInfo&
     log_.ended("down", e.what());
     throw;
   } catch (const Error&) {
-    fd = -1;
+    return -1;
   }
+}
+
+int Reconnector::remake(uint32_t generation, int64_t deadlineNs, const PeerInfo& peer, const std::string& why,
+                        const std::string& oldLocal, const std::string& oldRemote) {
+  int fd = tryRemake(generation, deadlineNs, peer, why);
   if (fd >= 0) return fd;
   std::string local = strFormat("rank %d (host %s, %s)", plan_.my_rank, plan_.my_host.c_str(),
                                 oldLocal.empty() ? "?" : oldLocal.c_str());

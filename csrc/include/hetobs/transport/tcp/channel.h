@@ -66,7 +66,7 @@ class TcpChannel : public Channel {
   // whose broken link no op of its uses re-makes it from a control poll without blocking on the
   // peer's note (remakeInBackground): the peer may be idle and take the redial much later.
   void noteBreak(const char* during, int err);
-  int dialAndNote();
+  int dialAndNote(bool background);
   bool finishPending(bool block);
   bool remakeInBackground();
   void adopt(int fd, const ResumeNote& theirs, int64_t brokeAtNs);
@@ -98,6 +98,11 @@ class TcpChannel : public Channel {
   int pendingFd_ = -1;
   ResumeNote pendingNote_{};
   size_t pendingOff_ = 0;
+  // A background re-make tries once (up to kBackgroundTryNs), then again no sooner than
+  // kBackgroundRetryNs later: an op polling a link whose network is down is not held long.
+  int64_t nextBackgroundTry_ = 0;
+  static constexpr int64_t kBackgroundTryNs = 2000000000LL;
+  static constexpr int64_t kBackgroundRetryNs = 200000000LL;
   bool discarding_ = false;
   // send side: the frame being written
   FrameHeader shdr_{};

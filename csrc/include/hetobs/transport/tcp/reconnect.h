@@ -80,6 +80,10 @@ class Reconnector {
   // PeerError (closed=true) when the peer is gone, LinkError past the deadline.
   int remake(uint32_t generation, int64_t deadlineNs, const PeerInfo& peer, const std::string& why,
              const std::string& oldLocal, const std::string& oldRemote);
+  // One try, bounded by `deadlineNs`: the fd, or -1 when it did not work out this time (the
+  // attempts' errors are in the log); throws only what is final (the peer gone or closed, a
+  // refusal of our key). A re-make no op waits for uses it with a short deadline, again and again.
+  int tryRemake(uint32_t generation, int64_t deadlineNs, const PeerInfo& peer, const std::string& why);
   // Acceptor side: the peer's redial, if the listener holds one now (never blocks).
   int takeParked();
   ReconnectLog& log() { return log_; }
