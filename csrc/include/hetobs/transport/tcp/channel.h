@@ -62,7 +62,7 @@ class TcpChannel : public Channel {
   bool recover(const char* during, int err);
   // The pieces of a re-make: note the break (abandon the socket, warn, record it), dial and send
   // our resume note (-1: that try failed, try again), and take the peer's note from the pending
-  // connection (block: wait for it up to the deadline; else only what has come). A dialling end
+  // connection (block: wait for it, at most kHandshakeAnswerNs; else only what has come). A dialling end
   // whose broken link no op of its uses re-makes it from a control poll without blocking on the
   // peer's note (remakeInBackground): the peer may be idle and take the redial much later.
   void noteBreak(const char* during, int err);
