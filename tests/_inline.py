@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import Mapping, Sequence
 
 from _launch import free_port
 
-__all__ = ["InlineJob", "RankRun", "incident_ranks", "wait_until"]
+__all__ = ["InlineJob", "RankRun", "incident_ranks", "loop_program", "wait_until"]
 
 
 @dataclass
@@ -68,6 +69,20 @@ class InlineJob:
             self.kill()
         return runs
 
+    def wait_line(self, rank: int, prefix: str, timeout: float = 90.0) -> str:
+        """Read `rank`'s output until a line starts with `prefix` (the rank says it got there);
+        fail naming the rank if it exits first or the line does not come in `timeout` s."""
+        p = self.procs[rank]
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            line = p.stdout.readline()  # type: ignore[union-attr]
+            if line.startswith(prefix):
+                return line
+            if not line and p.poll() is not None:
+                raise AssertionError(f"rank {rank} exited ({p.returncode}) before printing {prefix!r}: "
+                                     f"{p.stderr.read()[-3000:]}")  # type: ignore[union-attr]
+        raise AssertionError(f"rank {rank} did not print {prefix!r} in {timeout} s")
+
     def kill(self) -> None:
         killed = False
         for p in self.procs:
@@ -87,6 +102,41 @@ class InlineJob:
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+
+
+def loop_program(step: str, *, setup: str = "", stop: str) -> str:
+    """A rank program that runs `step` (Python, with the round number `i`, the communicator
+    `comm` and numpy as `np`) round after round until the file `stop` exists, agreed through a
+    tiny all_reduce so every rank runs the same rounds. It prints STARTED after its first
+    round, then OPS <rounds> and LINKS <reconnects per link>; on a PeerError FAILED <monotonic
+    time> <type> <message> and exit status 3. `setup` runs once after init."""
+    return _LOOP.format(stop=stop, setup=textwrap.dedent(setup).strip("\n"), step=textwrap.indent(textwrap.dedent(step).strip("\n"), " " * 8))
+
+
+_LOOP = """
+import os, sys, time, numpy as np, hetobs
+stop = {stop!r}
+comm = hetobs.init()
+flag = np.zeros(1, np.float32)
+{setup}
+i = 0
+try:
+    while True:
+{step}
+        if i == 0:
+            print("STARTED", flush=True)
+        flag[0] = float(os.path.exists(stop))
+        comm.all_reduce(flag, op="max")
+        i += 1
+        if flag[0]:
+            break
+except hetobs.PeerError as e:
+    print("FAILED", time.monotonic(), type(e).__name__, str(e).replace(chr(10), " "), flush=True)
+    sys.exit(3)
+print("OPS", i, flush=True)
+print("LINKS", [l["reconnects"] for l in comm.links()], flush=True)
+comm.close()
+"""
 
 
 def wait_until(pred, timeout: float, what: str) -> None:

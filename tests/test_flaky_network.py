@@ -78,15 +78,7 @@ def _links(out: str) -> list[int]:
 
 def _started(job: InlineJob, rank: int = 0, timeout: float = 60.0) -> None:
     """Block until `rank` printed STARTED (its first op completed)."""
-    p = job.procs[rank]
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        line = p.stdout.readline()  # type: ignore[union-attr]
-        if line.startswith("STARTED"):
-            return
-        if not line and p.poll() is not None:
-            raise AssertionError(f"rank {rank} exited before its first op: {p.stderr.read()[-2000:]}")  # type: ignore[union-attr]
-    raise AssertionError(f"rank {rank} did not start in {timeout} s")
+    job.wait_line(rank, "STARTED", timeout)
 
 
 def _loop_job(tmp_path: Path, hosts: Hosts, env: dict[str, str]) -> tuple[InlineJob, Path]:

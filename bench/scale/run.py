@@ -42,6 +42,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def reap(procs: list, job: str) -> None:
+    """Kill what is left of a job's rank processes (each leads a session of its own) and remove
+    the job's stats segments (a killed rank cannot)."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    for name in os.listdir("/dev/shm"):
+        if name.startswith(f"hetobs-stats-{job}-"):
+            os.unlink(os.path.join("/dev/shm", name))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", type=int, default=256)
@@ -123,16 +138,7 @@ def main() -> None:
                 out["diagnose_stderr"] = rc.stderr[-500:]
         print(json.dumps(out, indent=1))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
-        for name in os.listdir("/dev/shm"):
-            if name.startswith(f"hetobs-stats-{job}-"):
-                os.unlink(os.path.join("/dev/shm", name))
+        reap(procs, job)
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
 

@@ -19,28 +19,30 @@ dumps) verdicts stay as the counters made them.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Iterator, Optional
 
 from .job import LoadedJob
-from .summary import TcpHealth
+from .summary import LinkStat, TcpHealth
 from .types import CommKey, Verdict, VerdictKind
 
-__all__ = ["orient_links", "ACK_GAP_BYTES"]
+__all__ = ["orient_links", "links_to", "ACK_GAP_BYTES"]
 
 # More than the SYN/FIN accounting offset between the two counters (a byte or two), less than one segment.
 ACK_GAP_BYTES = 1024
 
 
-def _tcp(job: LoadedJob, rank: int, peer: int, comm: Optional[CommKey]) -> Optional[TcpHealth]:
+def links_to(job: LoadedJob, rank: int, peer: int, comm: Optional[CommKey]) -> Iterator[LinkStat]:
+    """`rank`'s links to `peer` in its dump: of communicator `comm` when it has it, else of every one."""
     d = job.dumps.get(rank)
     if d is None:
-        return None
+        return
     views = [d.comms[comm]] if comm is not None and comm in d.comms else list(d.comms.values())
     for v in views:
-        for lk in v.links:
-            if lk.peer == peer and lk.tcp is not None:
-                return lk.tcp
-    return None
+        yield from (lk for lk in v.links if lk.peer == peer)
+
+
+def _tcp(job: LoadedJob, rank: int, peer: int, comm: Optional[CommKey]) -> Optional[TcpHealth]:
+    return next((lk.tcp for lk in links_to(job, rank, peer, comm) if lk.tcp is not None), None)
 
 
 def _ack_gap(job: LoadedJob, src: int, dst: int, comm: Optional[CommKey]) -> Optional[tuple[int, int, int]]:

@@ -7,7 +7,9 @@ another communicator is their consequence) with cascades attributed to their roo
 (waits.py: only the end is blamed), 3. the progress walk inside a
 collective everyone joined (progress.py), 4. cycles of waits (deadlock.py) and,
 advisory, slow ranks and links (perf.py). Verdicts that explain the same ranks are merged so each
-culprit is named once, by the most specific finding; victims are never blamed.
+culprit is named once, by the most specific finding; victims are never blamed. A link that broke
+between two live ranks is a `transport_error` for the link (transport.py), and a host whose
+every rank is dead or silent is one verdict naming the host (hosts.py).
 
 A library: never prints, never exits. Bad input becomes data problems in the report;
 only impossible options raise (`OptionsError`, a ValueError).
@@ -23,6 +25,7 @@ from .causes import Cause, cause_from_abort, op_and_seq, parse_cause, waited_on
 from .deadlock import find_deadlocks
 from .direction import orient_links
 from .frloader import load_fr
+from .hosts import merge_host_verdicts
 from .job import LoadedJob, OptionsError
 from .loader import load_job, paused_gc
 from .matcher import Stuck, find_stuck, fold_consequences, mismatch_verdicts, not_joined_verdict, p2p_verdicts
@@ -33,6 +36,7 @@ from .perf import slow_link_verdicts, straggler_verdicts
 from .progress import walk
 from .ranktable import rank_table
 from .reach import Reach, assess, verdict_for
+from .transport import transport_verdicts
 from .types import CommKey, DataProblem, Options, RankState, Report, Status, Verdict, VerdictKind
 from .waits import WaitGraph, build_wait_graph
 from .window import WINDOW_RECORDS, window_verdicts
@@ -194,7 +198,7 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
         add(v)
 
     # Causes that name a culprit the stages above did not (transport failures between live ranks).
-    for v in _transport_verdicts(job, causes, blamed):
+    for v in transport_verdicts(job, causes, blamed):
         add(v)
 
     # Stage 3: inside collectives every rank joined.
@@ -216,6 +220,7 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
             add(v)
 
     verdicts = orient_links(job, verdicts)  # a stalled pair: only the direction that loses packets
+    verdicts = merge_host_verdicts(job, verdicts)  # every rank of a host silent: one verdict for the host
 
     # Stage 4b: advisory (over the window only, when one is asked for).
     if options.window_s is not None:
@@ -319,28 +324,6 @@ def _place(verdicts: list[Verdict], stuck: list[Stuck], graph: WaitGraph) -> Non
             if any(r in st.no_dump for r in v.ranks) and (st.waiting or st.failed):
                 v.comm, v.seq, v.op = st.comm, st.seq, st.op
                 break
-
-
-def _transport_verdicts(job: LoadedJob, causes: dict[int, Cause], blamed: set[int]) -> list[Verdict]:
-    out: list[Verdict] = []
-    seen: set[tuple[int, int]] = set()
-    for r, c in sorted(causes.items()):
-        if c.kind != "transport" or c.messengers:
-            continue  # forwarded news names no link of the forwarding rank
-        for peer in c.culprits:
-            if peer == r or peer in blamed or r in blamed or peer not in job.dumps:
-                continue
-            if causes.get(peer) is not None and causes[peer].kind not in ("transport", "other", "peer_closed"):
-                continue  # the peer failed for its own reason first
-            link = (min(r, peer), max(r, peer))
-            if link in seen:
-                continue
-            seen.add(link)
-            out.append(Verdict(VerdictKind.TRANSPORT_ERROR, [], f"the connection between ranks {r} and {peer} failed "
-                               f"while both were alive", [f"rank {r} reported: {c.root_text}",
-                                                         f"rank {peer} left a dump: it was alive at the incident"],
-                               links=[(r, peer)], confidence=0.75))
-    return out
 
 
 def _timeout_verdicts(job: LoadedJob, causes: dict[int, Cause], blamed: set[int]) -> list[Verdict]:

@@ -17,7 +17,8 @@ from .stacks import innermost_frame
 from .types import CommKey
 
 __all__ = [
-    "SchemaError", "OpSig", "Rec", "IslandPhases", "PeerProg", "RelayPeer", "InFlight", "LinkStat", "AbortInfo",
+    "SchemaError", "OpSig", "Rec", "IslandPhases", "PeerProg", "RelayPeer", "InFlight", "LinkStat", "LinkReconnect",
+    "AbortInfo",
     "CommView",
     "RankDump", "RankMeta",
     "rec_from_entry", "dump_from_doc", "meta_from_doc", "check_schema", "op_name",
@@ -222,6 +223,23 @@ def _tcp_health(t: Any) -> Optional[TcpHealth]:
     return TcpHealth(*(_int(t.get(f)) for f in TcpHealth._fields))
 
 
+class LinkReconnect(NamedTuple):
+    """`links[].reconnect`: what re-making the link met (docs/reconnect.md)."""
+
+    state: Optional[str]  # up | re-making | down | closed
+    breaks: int
+    attempts: int
+    events: tuple[tuple[Optional[int], str], ...]  # (wall ns, what), oldest first
+
+
+def _reconnect(r: Any) -> Optional[LinkReconnect]:
+    if not isinstance(r, dict):
+        return None
+    events = tuple((_int(e.get("time_ns")), e["what"]) for e in _list(r.get("events"))
+                   if isinstance(e, dict) and isinstance(e.get("what"), str))
+    return LinkReconnect(_str(r.get("state")), _int(r.get("breaks")) or 0, _int(r.get("attempts")) or 0, events)
+
+
 class LinkStat(NamedTuple):
     peer: int
     transport: Optional[str]
@@ -229,6 +247,7 @@ class LinkStat(NamedTuple):
     bytes_recv: Optional[int]
     busy_ns: Optional[int]
     tcp: Optional[TcpHealth] = None
+    reconnect: Optional[LinkReconnect] = None
 
 
 class AbortInfo(NamedTuple):
@@ -438,7 +457,7 @@ def _comm_view(c: dict[str, Any]) -> Optional[CommView]:
             if peer is not None:
                 links.append(LinkStat(peer, _str(lk.get("transport")), _int(lk.get("bytes_sent")),
                                       _int(lk.get("bytes_recv")), _int(lk.get("busy_ns")),
-                                      _tcp_health(lk.get("tcp"))))
+                                      _tcp_health(lk.get("tcp")), _reconnect(lk.get("reconnect"))))
     members = c.get("global_ranks")
     ring = c.get("ring")
     view = CommView(

@@ -48,7 +48,9 @@ class VerdictKind(str, Enum):
 
     RANK_UNRESPONSIVE = "rank_unresponsive"
     """The process exists but answered nobody: stopped (SIGSTOP, state T), in
-    uninterruptible sleep, or on another host where whether it lives cannot be checked."""
+    uninterruptible sleep, or on another host where whether it lives cannot be checked.
+    When every rank of one host is dead or unresponsive, one verdict of this kind (or
+    `rank_dead` when all are dead) names the host and all its ranks (hosts.py)."""
 
     RANK_NOT_JOINED = "rank_not_joined"
     """The rank is alive but never called the collective its peers are stuck in; the
@@ -77,8 +79,9 @@ class VerdictKind(str, Enum):
     waits in comm Y on rank A (or a longer cycle). Each member's ranks are named."""
 
     TRANSPORT_ERROR = "transport_error"
-    """A connection failed (reset, protocol error) between two ranks that were both
-    alive: blame the link, not either rank."""
+    """A connection failed (reset, protocol error, could not be re-made) between two ranks
+    that were both alive: blame the link, not either rank; `links` gives the direction that
+    loses packets where the ends' reconnect records tell it (transport.py)."""
 
     @property
     def is_fault(self) -> bool:

@@ -19,8 +19,11 @@ namespace {
 constexpr int64_t kHandshakeNs = 2000000000LL;
 }  // namespace
 
-Listener::Listener(Credentials cred, const std::string& bindHost) : cred_(std::move(cred)) {
-  fd_ = listenTcp(bindHost, 0, &addr_);
+Listener::Listener(Credentials cred, const std::string& bindHost, size_t peers)
+    : cred_(std::move(cred)), pool_(pendingBudget(peers)) {
+  // Every same-host peer dials at once when a communicator is built: a full accept queue
+  // drops their SYNs, each then waiting a second or more to try again.
+  fd_ = listenTcp(bindHost, 0, &addr_, int(std::min<size_t>(128 + peers, 65535)));
   if (pipe2(wake_, O_CLOEXEC) != 0) throw Error("pipe2: " + errnoString(errno));
   thread_ = std::thread([this] { loop(); });
 }
@@ -66,9 +69,18 @@ bool Listener::handle(int cfd, const std::function<void()>& authenticated) {
       std::lock_guard<std::mutex> g(mu_);
       cred = cred_;
     }
-    Hello h = serverHandshake(cfd, cred, monoNs() + kHandshakeNs);
-    authenticated();
-    if (h.purpose == Purpose::kProbe) return false;
+    bool closedComm = false;
+    Hello h = serverHandshake(cfd, cred, monoNs() + kHandshakeNs, [&](const Hello& x) {
+      authenticated();
+      // A (re)connection for a communicator closed here, or a reconnect probe about one (it
+      // names its rank), hears so: the link's deliberate close, when the close message itself
+      // was lost with the connection.
+      bool aboutComm = x.purpose == Purpose::kTransport || (x.purpose == Purpose::kProbe && x.from_rank >= 0);
+      std::lock_guard<std::mutex> g(mu_);
+      closedComm = aboutComm && closedComms_.count(x.comm_id) > 0;
+      return closedComm ? kHandshakeCommClosed : kHandshakeAccepted;
+    });
+    if (closedComm || h.purpose == Purpose::kProbe) return false;
     if (h.purpose == Purpose::kControl) {
       int64_t dl = monoNs() + kHandshakeNs;
       std::string request = readBlob(cfd, 16384, dl, "side-channel request");
@@ -84,6 +96,7 @@ bool Listener::handle(int cfd, const std::function<void()>& authenticated) {
     }
     if (h.purpose != Purpose::kTransport) throw AuthError("unexpected handshake purpose");
     std::lock_guard<std::mutex> g(mu_);
+    if (closedComms_.count(h.comm_id)) return false;  // closed since it was accepted: nobody takes it
     auto key = std::make_pair(h.comm_id, int(h.from_rank));
     auto it = parked_.find(key);
     if (it != parked_.end()) close(it->second);  // a retry replaces a stale attempt
@@ -103,6 +116,19 @@ bool Listener::handle(int cfd, const std::function<void()>& authenticated) {
 void Listener::setCredentials(Credentials cred) {
   std::lock_guard<std::mutex> g(mu_);
   cred_ = std::move(cred);
+}
+
+void Listener::markClosed(uint64_t commId) {
+  std::lock_guard<std::mutex> g(mu_);
+  closedComms_.insert(commId);
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    if (it->first.first == commId) {
+      close(it->second);
+      it = parked_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void Listener::setControlHandler(std::function<std::string(const std::string&)> handler) {

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -65,10 +66,15 @@ bool admit(Arrivals& a, int cfd, int size, const Credentials& cred, const std::s
   std::string from = peerAddressOf(cfd);
   try {
     int64_t dl = std::min(deadlineNs, monoNs() + kPerClientNs);
-    Hello h = serverHandshake(cfd, cred, dl);
-    if (h.purpose != Purpose::kRendezvous || h.from_rank <= 0 || h.from_rank >= size)
-      throw AuthError(strFormat("bad rendezvous request (rank %d of %d)", h.from_rank, size));
-    authenticated();
+    auto wanted = [size](const Hello& x) {
+      return x.purpose == Purpose::kRendezvous && x.from_rank > 0 && x.from_rank < size;
+    };
+    // Proven before the accept goes out: the pool must not cut a rank that is already on its way.
+    Hello h = serverHandshake(cfd, cred, dl, [&](const Hello& x) {
+      if (wanted(x)) authenticated();
+      return kHandshakeAccepted;
+    });
+    if (!wanted(h)) throw AuthError(strFormat("bad rendezvous request (rank %d of %d)", h.from_rank, size));
     writeBlob(cfd, jobId, dl, "rendezvous job id");
     std::string card = readBlob(cfd, kMaxCard, dl, "rendezvous card");
     Card::decode(card);
@@ -99,7 +105,7 @@ bool admit(Arrivals& a, int cfd, int size, const Credentials& cred, const std::s
 std::vector<std::string> host(int size, const SockAddr& master, const Credentials& cred, const std::string& jobId,
                               const std::string& myCard, int64_t deadlineNs) {
   SockAddr bound;
-  int lfd = listenTcp(rendezvousListenAddress(master.host), master.port, &bound, 1024);
+  int lfd = listenTcp(rendezvousListenAddress(master.host), master.port, &bound, std::max(1024, size + 128));
   Arrivals a;
   a.cards.assign(static_cast<size_t>(size), std::string());
   a.fds.assign(static_cast<size_t>(size), -1);
@@ -116,7 +122,7 @@ std::vector<std::string> host(int size, const SockAddr& master, const Credential
     close(a.wake[0]);
     close(a.wake[1]);
   };
-  HandshakePool pool;
+  HandshakePool pool(pendingBudget(size_t(size - 1)));  // every rank dials at once
   try {
     for (;;) {
       {

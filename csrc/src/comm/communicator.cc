@@ -401,6 +401,9 @@ void Communicator::sampleLinkHealth() const {
 
 void Communicator::close() {
   if (closed_.exchange(true)) return;
+  // From now on a peer whose link to us broke hears "closed" when it redials (or probes),
+  // should the close message each channel sends below be lost with the connection.
+  endpoint_->listener().markClosed(id_);
   {
     std::lock_guard<std::mutex> lk(qmu_);
     stopWorker_ = true;

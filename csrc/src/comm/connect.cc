@@ -61,14 +61,15 @@ void Communicator::connectPeers(const std::vector<int>& want, std::vector<int>& 
     if (p > rank_) break;
     const Card& c = cards[size_t(global_[size_t(p)])];
     try {
-      int fd = connectWithRetries(ConnectTarget{SockAddr{c.ip, c.port}, p, "rank " + std::to_string(p)}, deadline);
-      fds[size_t(p)] = fd;
       Hello h;
       h.purpose = Purpose::kTransport;
       h.comm_id = id_;
       h.from_rank = rank_;
       h.to_rank = p;
-      clientHandshake(fd, endpoint_->credentials(), h, deadline);
+      // A listener busy with a whole host's ranks dialling at once may drop us before it
+      // answers: dialled again, never a failed start-up.
+      fds[size_t(p)] = dialAndShake(ConnectTarget{SockAddr{c.ip, c.port}, p, "rank " + std::to_string(p)},
+                                    endpoint_->credentials(), h, deadline);
     } catch (const Error& e) {
       throw Error(strFormat("comm %llu: connecting to %s: %s", (unsigned long long)id_,
                             peerInfo_[size_t(p)].describe().c_str(), e.what()));

@@ -36,7 +36,8 @@ Endpoint::Endpoint(CommConfig cfg) : cfg_(std::move(cfg)) {
       HETOBS_WARN("HETOBS_SECRET is not set: connections are checked against the job id but not authenticated");
   }
   setLogPrefix("rank " + std::to_string(cfg_.rank));
-  listener_ = std::make_unique<Listener>(cred_, cfg_.size > 1 ? listenAddressFromEnv() : std::string("127.0.0.1"));
+  listener_ = std::make_unique<Listener>(cred_, cfg_.size > 1 ? listenAddressFromEnv() : std::string("127.0.0.1"),
+                                         size_t(cfg_.size - 1));
   if (!cfg_.job_id_generated) startRuntime();
   card_.rank = cfg_.rank;
   card_.pid = int(getpid());

@@ -16,6 +16,7 @@
 
 #include "hetobs/comm/abort.h"
 #include "hetobs/comm/communicator.h"
+#include "hetobs/comm/endpoint.h"
 #include "hetobs/comm/exchange_feed.h"
 #include "hetobs/relay/relay.h"
 #include "hetobs/common/clock.h"
@@ -463,6 +464,7 @@ void Communicator::failWith(const AbortNotice& n, const std::string& msg, int fr
   failure_ = n;
   failureFrom_ = from;
   failed_.store(true);
+  endpoint_->listener().markClosed(id_);  // a peer cut off from the abort notice hears "closed" if it redials
   abortPeers(n);
   HETOBS_WARN("%s", msg.c_str());
   reportFailure(msg, desc_.seq);

@@ -102,9 +102,11 @@ void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
     if (ch && wanted(*ch, true)) {
       auto& c = const_cast<Channel&>(*ch);
       c.sampleHealth();  // the kernel's state as of this dump: what tells the silent direction
+      ReconnectHistory history;
+      bool remakes = ch->reconnectHistory(&history);
       writeLinkCounters(w, ch->peer().rank, worldRanks()[size_t(ch->peer().rank)], ch->kind(), c.counters(),
                         ch->localAddress(), ch->remoteAddress(), c.reconnects().load(std::memory_order_relaxed),
-                        &c.health());
+                        &c.health(), remakes ? &history : nullptr);
     }
   w.endArray();
   w.endObject();

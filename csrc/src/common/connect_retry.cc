@@ -29,8 +29,15 @@ constexpr int64_t kMaxBackoffNs = 1000000000LL;  // 1 s: a peer minutes late is 
 // that may only come at the window's end.
 constexpr int64_t kRefusedProbeNs = 50000000LL;
 
+// One attempt waits this long at most for the peer's answer, then the next attempt sends a
+// fresh SYN from a fresh port. A SYN or SYN-ACK lost to a network fault is otherwise re-sent
+// by the kernel only after 1, 3, 7, 15 s, and a reconnect dialled during a burst of resets
+// once sat in one attempt for its whole 30 s deadline after the network was back.
+constexpr int64_t kAttemptNs = 1000000000LL;
+
 // One connect attempt; returns the fd or -errno.
 int attemptConnect(const sockaddr_in& sa, int64_t deadlineNs) {
+  deadlineNs = std::min(deadlineNs, monoNs() + kAttemptNs);
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) throw Error("socket: " + errnoString(errno));
   int rc = connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa);

@@ -11,6 +11,7 @@
 #include "hetobs/common/hmac.h"
 #include "hetobs/common/log.h"
 #include "hetobs/common/wire.h"
+#include "hetobs/transport/channel.h"
 #include "hetobs/observe/runtime.h"
 
 namespace hetobs {
@@ -146,7 +147,7 @@ void writePeerProgress(JsonWriter& w, int peer, int globalPeer, const char* tran
 
 void writeLinkCounters(JsonWriter& w, int peer, int globalPeer, const char* transport, const LinkCounters& k,
                        const std::string& localAddress, const std::string& remoteAddress, uint64_t reconnects,
-                       const LinkHealth* health) {
+                       const LinkHealth* health, const ReconnectHistory* history) {
   w.beginObject();
   w.field("peer", peer).field("global_peer", globalPeer).field("transport", transport);
   w.field("local_address", localAddress).field("remote_address", remoteAddress);
@@ -167,6 +168,20 @@ void writeLinkCounters(JsonWriter& w, int peer, int globalPeer, const char* tran
     w.endObject();
   } else {
     w.nullField("tcp");
+  }
+  if (history && history->breaks) {
+    w.key("reconnect").beginObject();
+    w.field("state", history->state).field("breaks", history->breaks).field("attempts", history->attempts);
+    w.key("events").beginArray();
+    for (const auto& e : history->events) {
+      w.beginObject();
+      w.field("time_ns", e.wall_ns).field("what", e.what);
+      w.endObject();
+    }
+    w.endArray();
+    w.endObject();
+  } else {
+    w.nullField("reconnect");
   }
   w.endObject();
 }

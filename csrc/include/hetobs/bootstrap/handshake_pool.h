@@ -3,7 +3,9 @@
 // for) on a thread of its own, so a connection that says nothing holds up only itself:
 // every handshake keeps its own deadline and legitimate peers never queue behind a silent
 // stranger. At most `maxPending` connections may be unauthenticated at once; past that the
-// oldest one is cut (its peer has had the longest to speak).
+// oldest one is cut (its peer has had the longest to speak). A connection that proved the key
+// is never cut. The owner sizes the budget to the job (pendingBudget): at start-up every
+// same-host peer of a rank dials it at once, and those must fit beside the strangers.
 #include <sys/types.h>
 
 #include <cstddef>
@@ -16,6 +18,11 @@
 namespace hetobs {
 
 constexpr size_t kMaxPendingHandshakes = 64;
+
+// Unproven connections a server of a job of `peers` other ranks lets wait at once: room for all
+// of them dialling together (a rank's listener at start-up, rank 0's rendezvous) plus the
+// stranger allowance. A stranger holds a thread for one handshake deadline (2 s) either way.
+inline size_t pendingBudget(size_t peers) { return kMaxPendingHandshakes + peers; }
 
 class HandshakePool {
  public:

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -21,7 +22,9 @@ namespace hetobs {
 
 class Listener {
  public:
-  Listener(Credentials cred, const std::string& bindHost);
+  // `peers`: how many other ranks may dial it at once (the world size less one): the accept
+  // backlog and the budget of unproven handshakes are sized to it.
+  Listener(Credentials cred, const std::string& bindHost, size_t peers = 0);
   ~Listener();
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
@@ -36,6 +39,10 @@ class Listener {
   void setCredentials(Credentials cred);
   // Side-channel requests (Purpose::kControl) are answered by this function.
   void setControlHandler(std::function<std::string(const std::string&)> handler);
+  // Communicator `commId` is closed (or failed) here: redials and reconnect probes for it are
+  // answered "closed" (a deliberate close, said explicitly), and its parked connections dropped.
+  void markClosed(uint64_t commId);
+  uint64_t cut() const { return pool_.cut(); }  // unproven connections cut past the budget
 
  private:
   void loop();
@@ -49,6 +56,7 @@ class Listener {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::pair<uint64_t, int>, int> parked_;
+  std::set<uint64_t> closedComms_;  // guarded by mu_; a few ids per communicator ever made
   std::atomic<uint64_t> refused_{0};
   std::function<std::string(const std::string&)> control_;
   HandshakePool pool_;

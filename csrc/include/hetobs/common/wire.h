@@ -44,7 +44,10 @@ struct OpDesc {
   std::string str() const;  // "all_reduce seq 17 count 2048 float32 sum"
 };
 
-enum class FrameKind : uint8_t { kData = 1, kAck = 2, kAbort = 3 };
+// kClose: the sender closes the link on purpose (its communicator closed): the only deliberate close. A
+// bare end of stream or a reset is a broken connection, re-made where reconnect is on (a reset
+// read by a send leaves the next receive an end of stream, so neither can mean "closed").
+enum class FrameKind : uint8_t { kData = 1, kAck = 2, kAbort = 3, kClose = 4 };
 
 // 64-byte frame header on every transport. Chunks are numbered per direction of a
 // link (monotonic over the link's life) and acknowledged cumulatively, so a later

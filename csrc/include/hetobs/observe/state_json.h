@@ -12,6 +12,8 @@
 
 namespace hetobs {
 
+struct ReconnectHistory;  // transport/channel.h
+
 void writeRankList(JsonWriter& w, const char* key, const std::vector<int>& ranks);
 void writeWallTimeOrNull(JsonWriter& w, const char* key, int64_t monoNs);
 // The fields of an "in_flight" object that come from its op record (the caller opens the
@@ -39,8 +41,9 @@ void writePeerProgress(JsonWriter& w, int peer, int globalPeer, const char* tran
 // One element of "links": cumulative counters of one link; `reconnects`: times a TCP link was
 // re-made after a break (0 where links never reconnect); its "tcp" health when `health` holds
 // a sample (null otherwise).
+// `history`: the link's reconnect record ("reconnect"; null when nullptr or the link never broke).
 void writeLinkCounters(JsonWriter& w, int peer, int globalPeer, const char* transport, const LinkCounters& k,
                        const std::string& localAddress, const std::string& remoteAddress, uint64_t reconnects = 0,
-                       const LinkHealth* health = nullptr);
+                       const LinkHealth* health = nullptr, const ReconnectHistory* history = nullptr);
 
 }  // namespace hetobs

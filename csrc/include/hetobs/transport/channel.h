@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hetobs/common/error.h"
 #include "hetobs/common/wire.h"
@@ -16,6 +17,19 @@
 #include "hetobs/stats/layout.h"
 
 namespace hetobs {
+
+// What re-making a TCP link has met (docs/reconnect.md), copied out for a dump: a link that
+// could not be re-made leaves here the break, the attempts and what each one ended in.
+struct ReconnectHistory {
+  struct Event {
+    int64_t wall_ns = 0;
+    std::string what;  // "broke: sending data: Connection reset by peer", "dial: ...", ...
+  };
+  std::string state = "up";   // up | re-making | down (gave up) | closed (the peer closed it)
+  uint64_t breaks = 0;        // times the connection broke
+  uint64_t attempts = 0;      // dials, probes and resume exchanges made to re-make it
+  std::vector<Event> events;  // the latest few breaks and failed attempts, oldest first
+};
 
 // Who is on the other end, for error messages.
 struct PeerInfo {
@@ -155,6 +169,11 @@ class Channel {
   LinkHealth& health() { return stats_->health; }
   // Refresh health() from the kernel (TCP links; nothing for shm). Any thread, never on the hot path.
   virtual void sampleHealth() {}
+  // Links that re-make their connection: what that met so far (false: this link never does). Any thread.
+  virtual bool reconnectHistory(ReconnectHistory* out) const {
+    (void)out;
+    return false;
+  }
   // Move the counters into the rank's stats segment (before the first op); nullptr keeps them private.
   void bindStats(stats::LinkStats* slot, uint64_t commId);
 

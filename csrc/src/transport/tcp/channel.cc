@@ -7,6 +7,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -68,7 +69,19 @@ void TcpChannel::configureSocket() {
 }
 
 TcpChannel::~TcpChannel() {
+  if (pendingFd_ >= 0) ::close(pendingFd_);
   if (fd_ < 0) return;
+  // The deliberate close, said explicitly: a peer still in an op fails at once naming us, where a
+  // bare end of stream or reset would send it re-making the link. Only on a frame boundary (an
+  // op that failed mid-frame sent its abort notice already); never blocking: a peer that reads
+  // nothing more does not need it, and a redial still hears "closed" from our listener.
+  if (!inFrame_ && ackOff_ == 0) {
+    FrameHeader bye{};
+    bye.magic = kFrameMagic;
+    bye.kind = uint8_t(FrameKind::kClose);
+    ssize_t n = send(fd_, &bye, sizeof bye, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)n;
+  }
   // Unread input would make close() send a reset, which a peer still in an op takes for a
   // network fault and tries to reconnect; drained, the peer sees a plain end of stream.
   for (int i = 0; i < 256; ++i) {
@@ -91,22 +104,47 @@ void TcpChannel::throwClosed(const char* during) {
 }
 
 void TcpChannel::throwIo(const char* what, int err) {
-  if (err == EPIPE || err == ECONNRESET) throwClosed(what);
+  if (eof_) throwClosed(what);  // it said it closes: writing after that fails, nothing broke
   throw PeerError(strFormat("%s on the link to %s failed: %s", what, peer_.describe().c_str(),
                             errnoString(err).c_str()),
                   peer_.rank, false);
 }
 
+void TcpChannel::throwBroken(const char* during) {
+  if (eof_) throwClosed(during);
+  // Reconnect is off (HETOBS_RECONNECT_TIMEOUT=0): a reset or an end of stream without the
+  // peer's close message fails the op, as a broken link, not as a peer that closed.
+  throw PeerError(strFormat("the connection to %s broke (%s): reset or ended without a close message, and "
+                            "HETOBS_RECONNECT_TIMEOUT=0 does not re-make it",
+                            peer_.describe().c_str(), during),
+                  peer_.rank, false);
+}
+
+void TcpChannel::markBroken(const char* how, bool reset) {
+  closed_ = true;
+  resetSeen_ |= reset;
+  // The first sign tells how it broke: a reset read by a send leaves later reads an end of stream.
+  if (brokeHow_.empty()) brokeHow_ = how;
+}
+
 void TcpChannel::sampleHealth() { sampleTcpInfo(fd_, health()); }
+
+bool TcpChannel::reconnectHistory(ReconnectHistory* out) const {
+  if (!resumable()) return false;
+  *out = reconnect_->log().snapshot();
+  return true;
+}
 
 bool TcpChannel::flushAck() {
   if (!ackOwed_ && ackOff_ == 0) return true;
   if (inFrame_) return false;  // never split a data frame
+  if (fd_ < 0) return false;   // a re-make is pending: owed still, sent on the new connection
   if (ackOff_ == 0) {
     memset(&ahdr_, 0, sizeof ahdr_);
     ahdr_.magic = kFrameMagic;
     ahdr_.kind = uint8_t(FrameKind::kAck);
     ahdr_.chunk = framesRecv_;
+    ackedOut_ = framesRecv_;
     ackOwed_ = false;
   }
   while (ackOff_ < sizeof ahdr_) {
@@ -121,7 +159,7 @@ bool TcpChannel::flushAck() {
     // Acks are advisory: a peer that finished and left does not need them, and the
     // data they confirm has already arrived. Only a later read or send may fail.
     if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
-      closed_ = true;
+      markBroken(errnoString(errno).c_str(), true);
       ackOff_ = 0;
       return true;
     }
@@ -135,17 +173,20 @@ bool TcpChannel::progressSend(SendItem& item, const OpDesc& desc) {
   if (item.done) return true;
   if (!item.started) {
     // Kept items of another op were left by a failure: nothing will confirm or resend them.
-    if (keptCount_ && !(kept_[keptHead_].desc == desc)) keptCount_ = 0;
+    // (Copies of point-to-point sends stay: those ops completed; the peer still needs them.)
+    if (keptCount_ && !keptAt(0).owned && !(keptAt(0).desc == desc)) dropKept();
     if (rewindTo_ == ~0ull && framesSent_ > curFirst_) {  // an earlier item ended in an error
       curFirst_ = framesSent_;
-      keptCount_ = 0;
+      dropKept();
     }
   }
   noteSendStart(item);
+  // A re-make begun from a control poll is pending and this op needs the link: finish it now.
+  if (fd_ < 0 && !recover("while this rank was sending", 0)) throwBroken("while this rank was sending");
   // A written item may be confirmed even so: the peer acked it and finished (its ack and end of
   // stream read by a control poll since); the loop below looks at the ack first.
   bool written = item.frames > 0 && item.offset == item.len;
-  if (closed_ && !written && !recover("while this rank was sending", 0)) throwClosed("while this rank was sending");
+  if (closed_ && !written && !recover("while this rank was sending", 0)) throwBroken("while this rank was sending");
   // Written, not yet confirmed: a kept item needs a free slot in kept_, any other item the
   // peer's ack of all of it (the buffer stays the algorithm's until then, so a reconnect can
   // resend whatever the peer lacks).
@@ -171,7 +212,7 @@ bool TcpChannel::progressSend(SendItem& item, const OpDesc& desc) {
         if (!haveHdr_) readHeader();
         if (confirmed()) break;  // confirmed, even if the peer closed right after (it finished)
         if (closed_) {
-          if (!recover("while this rank waited for an ack", 0)) throwClosed("while this rank was sending");
+          if (!recover("while this rank waited for an ack", 0)) throwBroken("while this rank was sending");
           continue;
         }
         return false;
@@ -183,7 +224,8 @@ bool TcpChannel::progressSend(SendItem& item, const OpDesc& desc) {
     if (w > 0) noteFrameSent(item, size_t(shdr_.bytes));
   }
   awaitingAck_ = false;
-  if (item.keep && gated(desc)) keepItem(item, desc);
+  if (item.keep && gated(desc)) keepItem(item, desc, false);
+  else if (resumable() && !gated(desc)) keepItem(item, desc, true);  // p2p or relay: done once written
   curFirst_ = framesSent_;
   item.end_frame = framesSent_;
   return noteSendDone(item);
@@ -232,18 +274,72 @@ int TcpChannel::writeFrame(const uint8_t* payload, const char* during) {
   }
 }
 
-void TcpChannel::keepItem(const SendItem& item, const OpDesc& desc) {
+TcpChannel::Kept& TcpChannel::pushKept() {
+  if (keptCount_ == kept_.size()) {
+    std::vector<Kept> bigger(kept_.size() * 2);
+    for (size_t i = 0; i < keptCount_; ++i) bigger[i] = std::move(keptAt(i));
+    kept_.swap(bigger);
+    keptHead_ = 0;
+  }
+  Kept& k = keptAt(keptCount_++);
+  return k;
+}
+
+void TcpChannel::keepItem(const SendItem& item, const OpDesc& desc, bool copy) {
+  // A copy holds only what the peer has not confirmed: it acks long messages as they arrive, and
+  // those acks wait unread on the link (nothing reads while a send writes).
+  if (copy && !haveHdr_ && !closed_ && fd_ >= 0) readHeader();
   releaseAcked();
   if (ackedAbs_ >= framesSent_) return;  // confirmed already: nothing to hold
-  Kept& k = kept_[(keptHead_ + keptCount_) % kMaxKept];
-  k = Kept{item.data, item.len, framesSent_ - item.frames, framesSent_, desc};
-  ++keptCount_;
+  Kept& k = pushKept();
+  k.data = item.data;
+  k.len = item.len;
+  k.first = framesSent_ - item.frames;
+  k.end = framesSent_;
+  k.desc = desc;
+  k.owned = copy;
+  if (!copy) {
+    noteUnacked(keptCount_);
+    return;
+  }
+  if (ackedAbs_ > k.first) {  // whole frames: a resume re-sends the copy frame by frame
+    size_t skip = size_t(ackedAbs_ - k.first) * kTcpFrameBytes;
+    k.first = ackedAbs_;
+    k.data += skip;
+    k.len -= skip;
+  }
+  // Into a spare buffer's memory when one is big enough: a fresh allocation per message costs
+  // page faults that made 64 MiB sends several times slower than the copy itself.
+  size_t best = spareCopies_.size();
+  for (size_t i = 0; i < spareCopies_.size(); ++i)
+    if (spareCopies_[i].capacity() >= k.len &&
+        (best == spareCopies_.size() || spareCopies_[i].capacity() < spareCopies_[best].capacity()))
+      best = i;
+  if (best < spareCopies_.size()) {
+    k.copy.swap(spareCopies_[best]);
+    spareCopies_.erase(spareCopies_.begin() + long(best));
+  }
+  k.copy.assign(k.data, k.data + k.len);  // the caller may reuse its buffer now
   noteUnacked(keptCount_);
 }
 
+void TcpChannel::retire(Kept& k) {
+  if (!k.owned) return;
+  k.owned = false;
+  // Kept for the next copies (a send and its reply need one; a stream a few); past that, freed.
+  if (spareCopies_.size() < kSpareCopies) spareCopies_.push_back(std::move(k.copy));
+  k.copy = std::vector<uint8_t>();
+}
+
+void TcpChannel::dropKept() {
+  for (size_t i = 0; i < keptCount_; ++i) retire(keptAt(i));
+  keptCount_ = 0;
+}
+
 void TcpChannel::releaseAcked() {
-  while (keptCount_ && kept_[keptHead_].end <= ackedAbs_) {
-    keptHead_ = (keptHead_ + 1) % kMaxKept;
+  while (keptCount_ && keptAt(0).end <= ackedAbs_) {
+    retire(keptAt(0));
+    keptHead_ = (keptHead_ + 1) % kept_.size();
     --keptCount_;
   }
 }
@@ -278,7 +374,7 @@ bool TcpChannel::replayKept() {
   while (framesSent_ < curFirst_) {
     const Kept* k = nullptr;
     for (size_t i = 0; i < keptCount_ && !k; ++i) {
-      const Kept& e = kept_[(keptHead_ + i) % kMaxKept];
+      const Kept& e = keptAt(i);
       if (e.first <= framesSent_ && framesSent_ < e.end) k = &e;
     }
     if (!k)  // adopt() refuses a resume from before the held frames: a bug if reached
@@ -290,7 +386,7 @@ bool TcpChannel::replayKept() {
       if ((ackOff_ != 0 || ackOwed_) && !flushAck()) return false;
       beginFrame(k->len, off, k->desc);
     }
-    int w = writeFrame(k->data + off, "re-sending data");
+    int w = writeFrame(k->bytes() + off, "re-sending data");
     if (w == 0) return false;
     if (w < 0) {
       startRewind();
@@ -303,36 +399,107 @@ bool TcpChannel::replayKept() {
   return true;
 }
 
-bool TcpChannel::recover(const char* during, int err) {
-  // A FIN is a deliberate close (a finished, failed or exiting peer; a network fault
-  // resets instead): the PeerError it always was. Resets and timeouts are re-made.
-  if (!reconnect_ || !reconnect_->enabled() || eof_) return false;
-  const int64_t broke = monoNs();
-  const int64_t deadline = deadlineAfter(broke, reconnect_->plan().timeout_s);
-  std::string why = err ? strFormat("%s: %s", during, errnoString(err).c_str())
-                        : strFormat("%s: connection closed", during);
+void TcpChannel::noteBreak(const char* during, int err) {
+  breakNs_ = monoNs();
+  breakDeadline_ = deadlineAfter(breakNs_, reconnect_->plan().timeout_s);
+  breakWhy_ = err ? strFormat("%s: %s", during, errnoString(err).c_str())
+                  : strFormat("%s: %s", during, brokeHow_.empty() ? "connection lost" : brokeHow_.c_str());
   HETOBS_WARN("link to %s broke (%s; chunks sent %llu, acknowledged %llu, received %llu); re-making it "
               "(HETOBS_RECONNECT_TIMEOUT=%g s)",
-              peer_.describe().c_str(), why.c_str(), (unsigned long long)framesSent_, (unsigned long long)ackedAbs_,
-              (unsigned long long)framesRecv_, reconnect_->plan().timeout_s);
+              peer_.describe().c_str(), breakWhy_.c_str(), (unsigned long long)framesSent_,
+              (unsigned long long)ackedAbs_, (unsigned long long)framesRecv_, reconnect_->plan().timeout_s);
   abandon(fd_);
   fd_ = -1;
   closed_ = true;
-  for (;;) {
-    int fd = reconnect_->remake(generation_ + 1, deadline, peer_, why, localEnd_, remoteEnd_);
-    ResumeNote mine{kResumeMagic, generation_ + 1, framesRecv_}, theirs{};
-    try {
-      writeFull(fd, &mine, sizeof mine, deadline, "resume note");
-      readFull(fd, &theirs, sizeof theirs, deadline, "resume note");
-    } catch (const Error& e) {
-      ::close(fd);
-      if (monoNs() >= deadline) throw;
-      HETOBS_DEBUG("resume with %s failed (%s); trying again", peer_.describe().c_str(), e.what());
-      continue;
-    }
-    adopt(fd, theirs, broke);
-    return true;
+  reconnect_->log().broke(breakWhy_);
+}
+
+int TcpChannel::dialAndNote(bool background) {
+  // In the background one short try (the op that polls does not wait out a dead network here;
+  // the next poll tries again), for an op the reconnect window, then the link is named down.
+  int fd = background ? reconnect_->tryRemake(generation_ + 1, monoNs() + kBackgroundTryNs, peer_, breakWhy_)
+                      : reconnect_->remake(generation_ + 1, breakDeadline_, peer_, breakWhy_, localEnd_, remoteEnd_);
+  if (fd < 0) return -1;
+  ResumeNote mine{kResumeMagic, generation_ + 1, framesRecv_};
+  try {
+    writeFull(fd, &mine, sizeof mine, monoNs() + kHandshakeAnswerNs, "resume note");
+  } catch (const Error& e) {
+    ::close(fd);
+    reconnect_->log().failed(strFormat("resume: %s", e.what()));
+    return -1;  // the next dial tries again, or past the deadline names the link (LinkError)
   }
+  return fd;
+}
+
+bool TcpChannel::finishPending(bool block) {
+  try {
+    if (block) {
+      // Bounded like a handshake's answer: a note lost with a connection that died silently
+      // is not waited for until the deadline; the link is dialled again.
+      setNonBlocking(pendingFd_, false);
+      readFull(pendingFd_, reinterpret_cast<char*>(&pendingNote_) + pendingOff_, sizeof pendingNote_ - pendingOff_,
+               std::min(breakDeadline_, monoNs() + kHandshakeAnswerNs), "resume note");
+      pendingOff_ = sizeof pendingNote_;
+    }
+    while (pendingOff_ < sizeof pendingNote_) {
+      ssize_t n = recv(pendingFd_, reinterpret_cast<char*>(&pendingNote_) + pendingOff_,
+                       sizeof pendingNote_ - pendingOff_, MSG_DONTWAIT);
+      if (n > 0) {
+        pendingOff_ += size_t(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && wouldBlock(errno)) return false;  // the peer takes the redial when it next polls
+      throw Error(n == 0 ? "resume note: connection closed" : "resume note: " + errnoString(errno));
+    }
+  } catch (const Error& e) {
+    ::close(pendingFd_);
+    pendingFd_ = -1;
+    pendingOff_ = 0;
+    reconnect_->log().failed(strFormat("resume: %s", e.what()));
+    return false;  // as in dialAndNote
+  }
+  int fd = pendingFd_;
+  pendingFd_ = -1;
+  pendingOff_ = 0;
+  adopt(fd, pendingNote_, breakNs_);
+  return true;
+}
+
+bool TcpChannel::recover(const char* during, int err) {
+  // Only the peer's close message is a deliberate close (eof_): the PeerError it always was.
+  // Resets, timeouts and bare ends of stream are re-made; a peer whose process is gone is
+  // found so by the redial (its listener refuses), a live one that closed says so there.
+  if (!reconnect_ || !reconnect_->enabled() || eof_) return false;
+  if (fd_ >= 0 || breakDeadline_ == 0) {
+    noteBreak(during, err);
+  } else {
+    // A re-make begun in the background (the link broke while no op used it): this op needs
+    // the link now and gets the whole reconnect window from now, as if it had just broken.
+    breakDeadline_ = deadlineAfter(monoNs(), reconnect_->plan().timeout_s);
+    if (pendingFd_ >= 0 && finishPending(true)) return true;
+  }
+  for (;;) {
+    int fd = dialAndNote(false);
+    if (fd < 0) continue;
+    pendingFd_ = fd;
+    pendingOff_ = 0;
+    if (finishPending(true)) return true;
+  }
+}
+
+bool TcpChannel::remakeInBackground() {
+  if (pendingFd_ < 0) {
+    if (fd_ >= 0 || breakDeadline_ == 0) noteBreak("while no op of this rank used the link", 0);
+    int64_t now = monoNs();
+    if (now < nextBackgroundTry_) return false;
+    nextBackgroundTry_ = now + kBackgroundRetryNs;
+    int fd = dialAndNote(true);
+    if (fd < 0) return false;
+    pendingFd_ = fd;
+    pendingOff_ = 0;
+  }
+  return finishPending(false);
 }
 
 void TcpChannel::adopt(int fd, const ResumeNote& theirs, int64_t brokeAtNs) {
@@ -350,10 +517,17 @@ void TcpChannel::adopt(int fd, const ResumeNote& theirs, int64_t brokeAtNs) {
                     peer_.rank, false);
   }
   if (fd_ >= 0) abandon(fd_);
+  if (pendingFd_ >= 0 && pendingFd_ != fd) {  // the peer's redial overtook our own (acceptor side: never)
+    ::close(pendingFd_);
+    pendingFd_ = -1;
+  }
   fd_ = fd;
+  breakDeadline_ = 0;
   generation_ = std::max(generation_ + 1, theirs.generation);
   closed_ = false;
   eof_ = false;
+  brokeHow_.clear();
+  resetSeen_ = false;
   // Receive side: a half-read frame is dropped; the peer resends it whole.
   haveHdr_ = false;
   rhdrOff_ = 0;
@@ -369,6 +543,7 @@ void TcpChannel::adopt(int fd, const ResumeNote& theirs, int64_t brokeAtNs) {
   rewindTo_ = theirs.frames_recv;
   configureSocket();
   reconnects().fetch_add(1, std::memory_order_relaxed);
+  reconnect_->log().remade();
   HETOBS_WARN("link to %s re-made in %.3f s (connection %u); resuming at chunk %llu", peer_.describe().c_str(),
               double(monoNs() - brokeAtNs) / 1e9, generation_, (unsigned long long)theirs.frames_recv);
 }
@@ -377,15 +552,16 @@ bool TcpChannel::readHeader() {
   while (!haveHdr_) {
     ssize_t n = recv(fd_, reinterpret_cast<char*>(&rhdr_) + rhdrOff_, sizeof rhdr_ - rhdrOff_, MSG_DONTWAIT);
     if (n == 0) {
-      closed_ = true;
-      eof_ = true;  // closed on purpose (or its process ended): nothing to reconnect
+      // No close message came: a break (its process ended, or a reset that a send read
+      // first, which leaves only the end of stream here). The caller re-makes or reports it.
+      markBroken("end of stream without a close message", false);
       return false;
     }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (wouldBlock(errno)) return false;
       if (errno == ECONNRESET || errno == ETIMEDOUT || errno == EPIPE) {
-        closed_ = true;  // the caller re-makes the link or reports it
+        markBroken(errnoString(errno).c_str(), true);  // the caller re-makes the link or reports it
         return false;
       }
       throwIo("receiving", errno);
@@ -404,6 +580,12 @@ bool TcpChannel::readHeader() {
         noteAcked(rhdr_.chunk);
         releaseAcked();
         continue;
+      case FrameKind::kClose:
+        // The peer closed the link on purpose: whatever this rank still waits for, it is not coming.
+        rhdrOff_ = 0;
+        closed_ = true;
+        eof_ = true;
+        return false;
       case FrameKind::kAbort: {
         size_t len = std::min<size_t>(rhdr_.bytes, kMaxAbortBody);
         std::string body(len, '\0');
@@ -437,14 +619,13 @@ bool TcpChannel::skipPayload() {
     size_t n0 = std::min<size_t>(rhdr_.bytes - rpayOff_, staging_.size());
     ssize_t n = recv(fd_, staging_.data(), n0, MSG_DONTWAIT);
     if (n == 0) {
-      closed_ = true;
-      eof_ = true;
+      markBroken("end of stream without a close message", false);
       return false;
     }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (wouldBlock(errno)) return false;
-      closed_ = true;
+      markBroken(errnoString(errno).c_str(), true);
       return false;
     }
     rpayOff_ += size_t(n);
@@ -456,6 +637,8 @@ bool TcpChannel::skipPayload() {
 bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
   if (item.done) return true;
   noteRecvStart(item);
+  if (fd_ < 0 && !recover("while this rank was receiving from it", 0))  // as in progressSend
+    throwBroken("while this rank was receiving from it");
   // A resume left kept frames to re-send, and no send item may come to drive it: the peer
   // may wait for them before it sends what this item waits for.
   if (rewindTo_ != ~0ull || framesSent_ < curFirst_) {
@@ -467,7 +650,7 @@ bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
       if (!readHeader()) {
         if (closed_) {
           if (!recover("while this rank was receiving from it", 0))
-            throwClosed("while this rank was receiving from it");
+            throwBroken("while this rank was receiving from it");
           continue;
         }
         return false;
@@ -487,9 +670,10 @@ bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
     while (rpayOff_ < rhdr_.bytes) {
       ssize_t n = recv(fd_, target + rpayOff_, rhdr_.bytes - rpayOff_, MSG_DONTWAIT);
       if (n == 0) {
-        closed_ = true;
-        eof_ = true;
-        throwClosed("in the middle of a message");
+        // Cut mid-frame: never a deliberate close (that comes as a frame of its own).
+        markBroken("end of stream in the middle of a message", false);
+        if (!recover("receiving data", 0)) throwBroken("in the middle of a message");
+        break;
       }
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -515,6 +699,13 @@ bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
       flushAck();
       return true;
     }
+    // Inside a long message too, now and then: the sender of a point-to-point message copies
+    // only what is not confirmed when its send completes (keepItem), and a resume of a long
+    // collective send rewinds less. A 64-byte frame every 4 MiB.
+    if (framesRecv_ - ackedOut_ >= kAckEveryFrames) {
+      ackOwed_ = true;
+      flushAck();
+    }
   }
 }
 
@@ -524,8 +715,10 @@ bool TcpChannel::pollControl() {
   if (reconnect_ && reconnect_->enabled() && !reconnect_->dialer()) {
     int fd = reconnect_->takeParked();
     if (fd >= 0) {
+      if (!closed_) reconnect_->log().broke("the peer re-made the link (it saw the break first)");
       ResumeNote mine{kResumeMagic, generation_ + 1, framesRecv_}, theirs{};
-      int64_t dl = deadlineAfter(monoNs(), reconnect_->plan().timeout_s);
+      // The dialler sent its note right after the handshake: it is there, or lost (as in finishPending).
+      int64_t dl = std::min(deadlineAfter(monoNs(), reconnect_->plan().timeout_s), monoNs() + kHandshakeAnswerNs);
       try {
         writeFull(fd, &mine, sizeof mine, dl, "resume note");
         readFull(fd, &theirs, sizeof theirs, dl, "resume note");
@@ -535,11 +728,25 @@ bool TcpChannel::pollControl() {
         throw;
       } catch (const Error& e) {
         ::close(fd);
+        reconnect_->log().failed(strFormat("resume: %s", e.what()));
         HETOBS_DEBUG("resume with %s failed (%s)", peer_.describe().c_str(), e.what());
       }
     }
   }
-  if ((rewindTo_ != ~0ull || framesSent_ < curFirst_) && !discarding_) {  // failed: the op is over
+  // The link broke and the op that noticed it (or the keepalive's reset) does not use it: the
+  // peer may still wait on it (for an ack its op needs, for a point-to-point send's bytes held
+  // here), and only the dialling end can re-make it. It dials now (quick once the network is
+  // back) and sends its resume note, but does not wait for the peer's: a peer idle in
+  // computation takes the redial only when it next polls, and this op must not wait for that.
+  // What the peer sent before the break is read first: its close frame says it left on purpose.
+  // A bare end of stream with nothing held here is a peer whose process ended (a network fault
+  // resets): an op that needs that peer finds out, an op that does not is left alone.
+  if (closed_ && !eof_ && !discarding_ && resumable() && reconnect_->dialer() &&
+      (resetSeen_ || holdsUnacked() || fd_ < 0)) {
+    if (!haveHdr_ && fd_ >= 0) readHeader();
+    if (!eof_ && remakeInBackground()) changed = true;
+  }
+  if ((rewindTo_ != ~0ull || framesSent_ < curFirst_) && !discarding_ && fd_ >= 0) {  // failed: the op is over
     startRewind();
     changed |= replayKept();
   }

@@ -24,6 +24,44 @@ constexpr int64_t kRefusedForNs = 1500000000LL;
 
 int64_t Reconnector::refusedForNs() const { return plan_.same_host ? 0 : kRefusedForNs; }
 
+void ReconnectLog::addLocked(const std::string& what) {
+  if (h_.events.size() == kEvents) h_.events.erase(h_.events.begin());  // the latest few tell the story
+  h_.events.push_back(ReconnectHistory::Event{wallNs(), what});
+}
+
+void ReconnectLog::broke(const std::string& why) {
+  std::lock_guard<std::mutex> g(mu_);
+  ++h_.breaks;
+  h_.state = "re-making";
+  addLocked("broke: " + why);
+}
+
+void ReconnectLog::failed(const std::string& what) {
+  std::lock_guard<std::mutex> g(mu_);
+  addLocked(what);
+}
+
+void ReconnectLog::attempted(uint64_t n) {
+  std::lock_guard<std::mutex> g(mu_);
+  h_.attempts += n;
+}
+
+void ReconnectLog::remade() {
+  std::lock_guard<std::mutex> g(mu_);
+  h_.state = "up";
+}
+
+void ReconnectLog::ended(const char* state, const std::string& what) {
+  std::lock_guard<std::mutex> g(mu_);
+  h_.state = state;
+  addLocked(what);
+}
+
+ReconnectHistory ReconnectLog::snapshot() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return h_;
+}
+
 namespace {
 // The PeerError of a peer whose listener refused every dial: its process is gone.
 PeerError gonePeer(const PeerInfo& peer, int rank, const std::string& address) {
@@ -35,39 +73,31 @@ PeerError gonePeer(const PeerInfo& peer, int rank, const std::string& address) {
 }  // namespace
 
 int Reconnector::dial(uint32_t generation, int64_t deadlineNs, const PeerInfo& peer) {
-  ConnectTarget target{plan_.peer_listener, plan_.peer_rank, peer.describe()};
-  for (int attempt = 1;; ++attempt) {
-    RetryLimits limits;
-    limits.refused_for_ns = refusedForNs();
-    limits.attempts = 1000000;  // the reconnect deadline bounds it, not HETOBS_CONNECT_RETRIES
-    int fd;
-    try {
-      fd = connectWithRetries(target, deadlineNs, limits);
-    } catch (const ConnectError& e) {
-      if (e.err == ECONNREFUSED)
-        throw gonePeer(peer, plan_.peer_rank, e.address);
-      throw;
-    }
-    try {
-      Hello h;
-      h.purpose = Purpose::kTransport;
-      h.comm_id = plan_.comm_id;
-      h.from_rank = plan_.my_rank;
-      h.to_rank = plan_.peer_rank;
-      h.generation = generation;
-      clientHandshake(fd, plan_.cred, h, deadlineNs);
-      return fd;
-    } catch (const AuthError&) {
-      ::close(fd);
-      throw;
-    } catch (const Error& e) {
-      // Reset during the handshake: the network is still flapping. Try again.
-      ::close(fd);
-      int64_t wait = retryBackoffNs(attempt + 1);
-      if (monoNs() + wait >= deadlineNs) throw;
-      HETOBS_DEBUG("re-handshake with %s failed (%s); retrying", peer.describe().c_str(), e.what());
-      usleep(useconds_t(wait / 1000));
-    }
+  RetryLimits limits;
+  limits.refused_for_ns = refusedForNs();
+  limits.attempts = 1000000;  // the reconnect deadline bounds it, not HETOBS_CONNECT_RETRIES
+  Hello h;
+  h.purpose = Purpose::kTransport;
+  h.comm_id = plan_.comm_id;
+  h.from_rank = plan_.my_rank;
+  h.to_rank = plan_.peer_rank;
+  h.generation = generation;
+  // A reset during the handshake (the network still flapping) is dialled again inside.
+  log_.attempted();
+  try {
+    return dialAndShake(ConnectTarget{plan_.peer_listener, plan_.peer_rank, peer.describe()}, plan_.cred, h,
+                        deadlineNs, limits, [this](const std::string& why) {
+                          log_.attempted();
+                          log_.failed("dial: " + why);
+                        });
+  } catch (const ConnectError& e) {
+    log_.attempted(uint64_t(std::max(0, e.attempts - 1)));  // its connects, past the one counted above
+    log_.failed(strFormat("dial: %s", e.what()));
+    if (e.err == ECONNREFUSED) throw gonePeer(peer, plan_.peer_rank, e.address);
+    throw;
+  } catch (const Error& e) {
+    log_.failed(strFormat("dial: %s", e.what()));
+    throw;
   }
 }
 
@@ -89,20 +119,31 @@ int Reconnector::await(int64_t deadlineNs, const PeerInfo& peer) {
       RetryLimits limits;
       limits.refused_for_ns = refusedForNs();
       limits.attempts = 1000000;
+      log_.attempted();
       probe = connectWithRetries(ConnectTarget{plan_.peer_listener, plan_.peer_rank, peer.describe()}, deadlineNs,
                                  limits);
+      // About this link: a peer that closed the communicator says so (CommClosedError).
       Hello h;
       h.purpose = Purpose::kProbe;
+      h.comm_id = plan_.comm_id;
+      h.from_rank = plan_.my_rank;
+      h.to_rank = plan_.peer_rank;
       clientHandshake(probe, plan_.cred, h, deadlineNs);
     } catch (const ConnectError& e) {
+      log_.attempted(uint64_t(std::max(0, e.attempts - 1)));
+      log_.failed(strFormat("probe: %s", e.what()));
       if (e.err == ECONNREFUSED)
         throw gonePeer(peer, plan_.peer_rank, e.address);
       // Unreachable for now: keep waiting for its redial until the deadline.
     } catch (const AuthError&) {
       if (probe >= 0) ::close(probe);
       throw;
-    } catch (const Error&) {
+    } catch (const CommClosedError&) {
+      if (probe >= 0) ::close(probe);
+      throw;
+    } catch (const Error& e) {
       // Dropped during the probe: a flapping network or a dying process. Probe again.
+      log_.failed(strFormat("probe: %s", e.what()));
     }
     if (probe >= 0) ::close(probe);
     int64_t now = monoNs();
@@ -113,28 +154,47 @@ int Reconnector::await(int64_t deadlineNs, const PeerInfo& peer) {
   }
 }
 
-int Reconnector::remake(uint32_t generation, int64_t deadlineNs, const PeerInfo& peer, const std::string& why,
-                        const std::string& oldLocal, const std::string& oldRemote) {
-  int fd = -1;
+int Reconnector::tryRemake(uint32_t generation, int64_t deadlineNs, const PeerInfo& peer, const std::string& why) {
   try {
-    fd = dialer() ? dial(generation, deadlineNs, peer) : await(deadlineNs, peer);
+    return dialer() ? dial(generation, deadlineNs, peer) : await(deadlineNs, peer);
   } catch (const PeerError& e) {
-    if (e.closed) throw;  // the peer is gone: the error it always was
-    fd = -1;
-  } catch (const AuthError&) {
+    if (e.closed) {  // the peer is gone: the error it always was
+      log_.ended("closed", e.what());
+      throw;
+    }
+    return -1;
+  } catch (const CommClosedError& e) {
+    // It closed the communicator (or it failed there) while the link was down: the close
+    // message was lost with the connection, the listener said it instead.
+    log_.ended("closed", e.what());
+    throw PeerError(strFormat("%s closed its connection (its communicator %llu is closed there; the link broke "
+                              "first: %s)",
+                              peer.describe().c_str(), (unsigned long long)plan_.comm_id, why.c_str()),
+                    plan_.peer_rank, true);
+  } catch (const AuthError& e) {
+    log_.ended("down", e.what());
     throw;
   } catch (const Error&) {
-    fd = -1;
+    return -1;
   }
+}
+
+int Reconnector::remake(uint32_t generation, int64_t deadlineNs, const PeerInfo& peer, const std::string& why,
+                        const std::string& oldLocal, const std::string& oldRemote) {
+  int fd = tryRemake(generation, deadlineNs, peer, why);
   if (fd >= 0) return fd;
   std::string local = strFormat("rank %d (host %s, %s)", plan_.my_rank, plan_.my_host.c_str(),
                                 oldLocal.empty() ? "?" : oldLocal.c_str());
   std::string remote = strFormat("rank %d (host %s, %s)", plan_.peer_rank, peer.host.c_str(),
                                  oldRemote.empty() ? plan_.peer_listener.str().c_str() : oldRemote.c_str());
-  throw LinkError(strFormat("link %s <-> %s is down: it broke (%s) and could not be re-made within "
-                            "HETOBS_RECONNECT_TIMEOUT=%g s",
-                            local.c_str(), remote.c_str(), why.c_str(), plan_.timeout_s),
-                  plan_.peer_rank, local, remote);
+  ReconnectHistory h = log_.snapshot();
+  std::string last = h.events.empty() ? std::string("none") : h.events.back().what;
+  std::string msg = strFormat("link %s <-> %s is down: it broke (%s) and could not be re-made within "
+                              "HETOBS_RECONNECT_TIMEOUT=%g s (%llu attempts; last: %s)",
+                              local.c_str(), remote.c_str(), why.c_str(), plan_.timeout_s,
+                              (unsigned long long)h.attempts, last.c_str());
+  log_.ended("down", strFormat("gave up after HETOBS_RECONNECT_TIMEOUT=%g s", plan_.timeout_s));
+  throw LinkError(msg, plan_.peer_rank, local, remote);
 }
 
 int Reconnector::takeParked() {

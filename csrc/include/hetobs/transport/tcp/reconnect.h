@@ -8,6 +8,8 @@
 // accepts once the network is back. Both ends then swap how many chunks they received
 // from the other, and each sender resumes from there.
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <string>
 
 #include "hetobs/bootstrap/handshake.h"
@@ -49,6 +51,24 @@ struct ResumeNote {
 };
 constexpr uint32_t kResumeMagic = 0x52425448;  // "HTBR"
 
+// The link's reconnect record (ReconnectHistory): written by the thread that re-makes the
+// link, read by a dump's. A lock, taken only when the link breaks or an attempt fails.
+class ReconnectLog {
+ public:
+  void broke(const std::string& why);       // the connection broke: re-making starts
+  void failed(const std::string& what);     // one attempt (dial, probe, resume) failed
+  void attempted(uint64_t n = 1);           // attempts made (a connect, a dial, a probe)
+  void remade();                            // back up
+  void ended(const char* state, const std::string& what);  // "down" (gave up) or "closed"
+  ReconnectHistory snapshot() const;
+
+ private:
+  void addLocked(const std::string& what);
+  static constexpr size_t kEvents = 8;
+  mutable std::mutex mu_;
+  ReconnectHistory h_;
+};
+
 class Reconnector {
  public:
   explicit Reconnector(ReconnectPlan plan) : plan_(std::move(plan)) {}
@@ -60,8 +80,14 @@ class Reconnector {
   // PeerError (closed=true) when the peer is gone, LinkError past the deadline.
   int remake(uint32_t generation, int64_t deadlineNs, const PeerInfo& peer, const std::string& why,
              const std::string& oldLocal, const std::string& oldRemote);
+  // One try, bounded by `deadlineNs`: the fd, or -1 when it did not work out this time (the
+  // attempts' errors are in the log); throws only what is final (the peer gone or closed, a
+  // refusal of our key). A re-make no op waits for uses it with a short deadline, again and again.
+  int tryRemake(uint32_t generation, int64_t deadlineNs, const PeerInfo& peer, const std::string& why);
   // Acceptor side: the peer's redial, if the listener holds one now (never blocks).
   int takeParked();
+  ReconnectLog& log() { return log_; }
+  const ReconnectLog& log() const { return log_; }
 
  private:
   int dial(uint32_t generation, int64_t deadlineNs, const PeerInfo& peer);
@@ -69,6 +95,7 @@ class Reconnector {
   int64_t refusedForNs() const;
 
   ReconnectPlan plan_;
+  ReconnectLog log_;
 };
 
 }  // namespace tcp
