@@ -201,10 +201,10 @@ def test_old_segment_version_is_a_clear_error(island_job: dict[str, Any], tmp_pa
     raw[8:12] = struct.pack("<I", 1)  # StatsHeader.version of the layout before islands
     old = tmp_path / "hetobs-stats-old-r0"
     old.write_bytes(bytes(raw))
-    want = f"{old}: stats layout version 1, this hetobs reads versions 2, 3, 4"
+    want = f"{old}: stats layout version 1, this hetobs reads versions 2, 3, 4, 5"
     with pytest.raises(stats.StatsError, match=re.escape(want)):
         stats.read_segment(str(old))
-    assert stats.VERSION == 4  # islands (2), the relay slot (3), device and library names (4): all still read
+    assert stats.VERSION == 5  # islands (2), relay slot (3), device and library names (4), boot id (5): all read
 
 
 def _phase_tracks(doc: dict[str, Any], rank: int) -> dict[str, list[dict[str, Any]]]:
