@@ -23,7 +23,7 @@ import re
 import socket
 import stat
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Collection, Optional
 
 from .ownership import not_ours
 from .stats import StatsError, other_boot, read_segment
@@ -125,6 +125,25 @@ def _socket_gone(path: str) -> Optional[str]:
     return None
 
 
+def _stale_sockets(sock_dir: str, found: list[Leftover], result: CleanResult) -> None:
+    try:
+        dir_problem = not_ours(os.lstat(sock_dir))
+    except OSError:
+        return  # no such directory: no sockets
+    if dir_problem is not None:
+        result.errors.append(f"{sock_dir}: {dir_problem}: not looked into")
+        return
+    for name, st in _scan(sock_dir):
+        if not (name.endswith(".sock") and stat.S_ISSOCK(st.st_mode)) or st.st_uid != os.geteuid():
+            continue
+        path = os.path.join(sock_dir, name)
+        why = _socket_gone(path)
+        if why:
+            found.append(Leftover(path, "control_socket", 0, why))
+        else:
+            result.kept += 1
+
+
 def _scan(folder: str) -> list[tuple[str, os.stat_result]]:
     out = []
     try:
@@ -140,12 +159,15 @@ def _scan(folder: str) -> list[tuple[str, os.stat_result]]:
 
 
 def clean(*, dry_run: bool = False, shm_dir: str = "/dev/shm", socket_dir: Optional[str] = None,
-          proc: str = "/proc") -> CleanResult:
-    """Remove (or with `dry_run`, list) this user's leftovers of dead ranks on this node."""
+          proc: str = "/proc", among: Optional[Collection[str]] = None) -> CleanResult:
+    """Remove (or with `dry_run`, list) this user's leftovers of dead ranks on this node.
+
+    `among`: judge only these names in `shm_dir` (the entries a caller saw appear while it ran
+    ranks), and no control socket."""
     result = CleanResult(dry_run=dry_run)
     found: list[Leftover] = []
     for name, st in _scan(shm_dir):
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or among is not None and name not in among:
             continue
         path = os.path.join(shm_dir, name)
         why: Optional[str] = None
@@ -159,23 +181,8 @@ def clean(*, dry_run: bool = False, shm_dir: str = "/dev/shm", socket_dir: Optio
             found.append(Leftover(path, kind, st.st_blocks * 512, why))
         else:
             result.kept += 1
-    sock_dir = socket_dir or control_socket_dir()
-    try:
-        dir_problem = not_ours(os.lstat(sock_dir))
-    except OSError:
-        dir_problem = "absent"
-    if dir_problem is None:
-        for name, st in _scan(sock_dir):
-            if not (name.endswith(".sock") and stat.S_ISSOCK(st.st_mode)) or st.st_uid != os.geteuid():
-                continue
-            path = os.path.join(sock_dir, name)
-            why = _socket_gone(path)
-            if why:
-                found.append(Leftover(path, "control_socket", 0, why))
-            else:
-                result.kept += 1
-    elif dir_problem != "absent":
-        result.errors.append(f"{sock_dir}: {dir_problem}: not looked into")
+    if among is None:
+        _stale_sockets(socket_dir or control_socket_dir(), found, result)
     for item in found:
         if not dry_run:
             try:

@@ -22,6 +22,22 @@ def _core_available() -> tuple[bool, str]:
     return True, ""
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _dead_ranks_segments_removed() -> Iterator[None]:
+    """After each test module, the /dev/shm segments its dead ranks left are removed (`hetobs
+    clean`'s rules, limited to entries that appeared meanwhile). Ranks a test kills or lets
+    fail keep their stats segment for post-mortem reading, 2 MiB of RAM each: a whole suite
+    left ~2,000 of them in tmpfs. Per module, not per test: a module's fixture may kill ranks
+    whose segments several of its tests read."""
+    from hetobs.clean import clean
+
+    before = set(os.listdir("/dev/shm"))
+    yield
+    appeared = set(os.listdir("/dev/shm")) - before
+    if appeared:
+        clean(among=appeared)
+
+
 @pytest.fixture(scope="session")
 def core() -> Any:
     """The native module; tests that launch ranks depend on it. An unbuilt or broken core fails

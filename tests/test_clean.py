@@ -72,6 +72,8 @@ for p in dead:
     p.send_signal(signal.SIGKILL)
     p.wait()
 left = entries()
+from hetobs.clean import clean as clean_lib  # as the suite's conftest calls it, on what appeared
+among = [x.path for x in clean_lib(dry_run=True, among={"hetobs-stats-dead-job-r0", "hetobs-stats-live-job-r0"}).removed]
 dry = clean("--dry-run")
 after_dry = entries()
 done = clean()
@@ -92,7 +94,7 @@ for p in live + succ:
     p.stdin.close()
     p.wait(timeout=30)
 print(json.dumps(dict(before=before, with_dead=with_dead, left=left, dry=dry, after_dry=after_dry, done=done,
-                      after=after, again=again, stale=stale, fresh=fresh, still_live=still_live,
+                      after=after, again=again, among=among, stale=stale, fresh=fresh, still_live=still_live,
                       pids=[p.pid for p in pred + succ], stale_pid=stale_pid, fresh_pid=fresh_pid,
                       live_rc=[p.returncode for p in live + succ])))
 """
@@ -112,6 +114,7 @@ def test_clean_removes_exactly_the_killed_ranks_leftovers(tmp_path: Path) -> Non
     assert r["left"] == r["with_dead"]
     assert sorted(x["path"] for x in r["dry"]["removed"]) == dead_only and r["dry"]["dry_run"]
     assert r["after_dry"] == r["left"], "a dry run removes nothing"
+    assert r["among"] == ["/dev/shm/hetobs-stats-dead-job-r0"], "only the names given, only the dead"
     assert sorted(x["path"] for x in r["done"]["removed"]) == dead_only
     assert r["done"]["count"] == 4 and r["done"]["bytes"] > 0
     assert all("gone" in x["why"] or "nothing listens" in x["why"] for x in r["done"]["removed"])

@@ -302,8 +302,8 @@ def test_instrument_refuses_what_is_not_an_external_comm() -> None:
 
 
 GROUP_API = """
-import hetobs, torch, torch.distributed as dist
-dist.init_process_group("hetobs", store=dist.HashStore(), rank=0, world_size=1)
+import sys, hetobs, torch, torch.distributed as dist
+dist.init_process_group(sys.argv[1], store=dist.HashStore(), rank=0, world_size=1)
 g = dist.new_group([0])
 print("FUTURE", g.allreduce([torch.ones(2)]).get_future().wait()[0].tolist())  # no options: torch's defaults
 out = [[torch.zeros(2), torch.zeros(3)]]
@@ -323,9 +323,11 @@ print("DESTROYED")
 """
 
 
-def test_native_group_direct_calls_coalesced_ops_and_clear_refusals(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["hetobs", "hetobs_islands"])
+def test_python_groups_take_direct_calls_coalesced_ops_and_refuse_clearly(tmp_path: Path, backend: str) -> None:
     env = {**os.environ, "HETOBS_DIR": str(tmp_path), "HETOBS_DEBUG": "ERROR"}
-    run = subprocess.run([sys.executable, "-c", GROUP_API], env=env, capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-c", GROUP_API, backend], env=env, capture_output=True, text=True,
+                         timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.splitlines()
     assert lines[:2] == ["FUTURE [1.0, 1.0]", "COALESCED [[1.0, 1.0], [2.0, 2.0, 2.0]]"], run.stdout
@@ -334,3 +336,21 @@ def test_native_group_direct_calls_coalesced_ops_and_clear_refusals(tmp_path: Pa
     assert "recv from any source is not supported" in refused["anysource"]
     assert "use barrier()" in refused["monitored"] and "dense tensors only" in refused["sparse"]
     assert lines[-1] == "DESTROYED"
+
+
+DDP_BACKEND_NAME = """
+import hetobs, torch, torch.distributed as dist
+dist.init_process_group("hetobs_gloo", store=dist.HashStore(), rank=0, world_size=1)
+ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))
+ddp(torch.ones(1, 2)).sum().backward()
+print("BACKEND", dist.get_backend(), ddp._get_ddp_logging_data()["backend_name"])
+dist.destroy_process_group()
+"""
+
+
+def test_the_gloo_wrapper_names_itself_to_torch() -> None:
+    """torch names a plugin's group "custom"; DDP's logging data and torch's messages read that."""
+    run = subprocess.run([sys.executable, "-c", DDP_BACKEND_NAME], env={**os.environ, "HETOBS_DEBUG": "ERROR"},
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "BACKEND hetobs_gloo hetobs_gloo" in run.stdout.splitlines(), run.stdout

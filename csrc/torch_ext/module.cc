@@ -5,6 +5,7 @@
 
 #include "device_lane.h"
 #include "instrumented_backend.h"
+#include "named_group.h"
 
 namespace py = pybind11;
 using hetobs::ExternalHandle;
@@ -41,4 +42,13 @@ PYBIND11_MODULE(_torch_ext, m) {
                            hetobs::kDeviceLaneHooksCapsule);
       },
       "The relay's copy lane for any torch device, for hetobs._core.set_device_lane_hooks().");
+  m.def(
+      "named_group",
+      [](c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::string name)
+          -> c10::intrusive_ptr<c10d::ProcessGroup> {
+        return c10::make_intrusive<hetobs::torch_ext::NamedProcessGroup>(std::move(store), rank, size,
+                                                                         std::move(name));
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("name"),
+      "An empty ProcessGroup whose getBackendName() is `name`; register its backends on it.");
 }

@@ -22,7 +22,8 @@ import torch.distributed as dist
 
 from .. import _connect_through_store, _core, _endpoint
 from ..comm import OPS, Communicator
-from ..torch._common import DTYPE_CODES, comm_id_for, done, reduction_code
+from ..torch._common import DTYPE_CODES, comm_id_for, done, reduction_code, require_dense
+from ..torch.python_group import PythonGroup, group_timeout, or_default
 from . import hierarchical as hier
 from .relay import PhaseClock, Relay, relay_pipelined, relay_stage
 from .topology import exchange
@@ -35,7 +36,7 @@ log = logging.getLogger("hetobs")
 ISLANDS_BACKEND_CODE = 4  # Backend::kIslands (csrc/include/hetobs/record/op_record.h)
 
 
-class IslandsBackend(dist.ProcessGroup):
+class IslandsBackend(PythonGroup, dist.ProcessGroup):
     def __init__(self, rank: int, size: int, h: hier.Hierarchy, ext: Any, relay_world: Communicator) -> None:
         super().__init__(rank, size)
         self.h, self._ext, self._relay_world = h, ext, relay_world
@@ -71,24 +72,26 @@ class IslandsBackend(dist.ProcessGroup):
         self._ext.end(token, True, phases=clock.as_dict())
 
     # -- collectives ---------------------------------------------------------------------
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        opts = or_default(opts, dist.AllreduceOptions)
         for t in tensors:
             with _flat(t) as f:
                 self._op("all_reduce", t, lambda c, f=f: hier.all_reduce(self.h, c, f, opts.reduceOp),
                          redop=opts.reduceOp)
         return done(tensors)
 
-    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> Any:
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
         return self.allreduce(tensors, opts)
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> Any:
-        root = int(opts.rootRank)
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        root = int(or_default(opts, dist.BroadcastOptions).rootRank)
         for t in tensors:
             with _flat(t) as f:
                 self._op("broadcast", t, lambda c, f=f: hier.broadcast(self.h, c, f, root), peer=root)
         return done(tensors)
 
-    def reduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        opts = or_default(opts, dist.ReduceOptions)
         root = int(opts.rootRank)
         for t in tensors:
             # The result on the root; other ranks' tensors are left as they were (as Gloo does).
@@ -98,7 +101,7 @@ class IslandsBackend(dist.ProcessGroup):
                          redop=opts.reduceOp, peer=root)
         return done(tensors)
 
-    def all_gather_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> Any:
+    def all_gather_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> Any:
         _check(out.numel() == inp.numel() * self.size(), "all_gather output", out, inp, self.size())
         with _flat(inp, copy_out=False) as fi, _flat(out, copy_in=False) as fo:
             self._op("all_gather", inp, lambda c: hier.all_gather(self.h, c, fo, fi), out_count=out.numel(), out=out)
@@ -106,7 +109,7 @@ class IslandsBackend(dist.ProcessGroup):
 
     _allgather_base = all_gather_single
 
-    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> Any:
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:
         for outs, inp in zip(outputs, inputs):
             flat = torch.empty(self.size() * inp.numel(), dtype=inp.dtype, device=inp.device)
             self.all_gather_single(flat, inp, opts)
@@ -114,7 +117,8 @@ class IslandsBackend(dist.ProcessGroup):
                 o.copy_(flat[i * inp.numel():(i + 1) * inp.numel()].view_as(o))
         return done(outputs)
 
-    def reduce_scatter_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> Any:
+    def reduce_scatter_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> Any:
+        opts = or_default(opts, dist.ReduceScatterOptions)
         _check(inp.numel() == out.numel() * self.size(), "reduce_scatter input", inp, out, self.size())
         with _flat(inp, copy_out=False) as fi, _flat(out, copy_in=False) as fo:
             self._op("reduce_scatter", inp, lambda c: hier.reduce_scatter(self.h, c, fo, fi, opts.reduceOp),
@@ -123,13 +127,13 @@ class IslandsBackend(dist.ProcessGroup):
 
     _reduce_scatter_base = reduce_scatter_single
 
-    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> Any:
+    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:
         for out, ins in zip(outputs, inputs):
             self.reduce_scatter_single(out, torch.cat([t.reshape(-1) for t in ins]), opts)
         return done(outputs)
 
     def all_to_all_single(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int],
-                          in_splits: list[int], opts: Any) -> Any:
+                          in_splits: list[int], opts: Any = None) -> Any:
         n = self.size()
         in_rows = _rows(inp, in_splits, n, "input")
         out_rows = _rows(out, out_splits, n, "output")
@@ -143,7 +147,7 @@ class IslandsBackend(dist.ProcessGroup):
 
     _alltoall_base = all_to_all_single
 
-    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any) -> Any:
+    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> Any:
         flat_in = torch.cat([t.reshape(-1) for t in inputs])
         flat_out = torch.empty(sum(o.numel() for o in outputs), dtype=flat_in.dtype, device=flat_in.device)
         self._op("all_to_all", flat_in, lambda c: hier.all_to_all(self.h, c, flat_out, flat_in,
@@ -172,8 +176,8 @@ class IslandsBackend(dist.ProcessGroup):
                 self._op("recv", t, lambda c, f=f: hier.recv(self.h, c, f, src), peer=src)
         return done(tensors)
 
-    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> Any:
-        root = int(opts.rootRank)
+    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:
+        root = int(or_default(opts, dist.GatherOptions).rootRank)
         for i, inp in enumerate(inputs):
             flat = torch.empty(self.size() * inp.numel(), dtype=inp.dtype, device=inp.device)
             self.all_gather_single(flat, inp, opts)
@@ -182,8 +186,8 @@ class IslandsBackend(dist.ProcessGroup):
                     o.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view_as(o))
         return done(outputs)
 
-    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> Any:
-        root = int(opts.rootRank)
+    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:
+        root = int(or_default(opts, dist.ScatterOptions).rootRank)
         for i, out in enumerate(outputs):
             whole = (torch.cat([t.reshape(-1) for t in inputs[i]]) if self.rank() == root else
                      torch.empty(self.size() * out.numel(), dtype=out.dtype, device=out.device))
@@ -202,6 +206,7 @@ class _flat:
         self.f: torch.Tensor | None = None
 
     def __enter__(self) -> torch.Tensor:
+        require_dense(self.t)
         if self.t.is_contiguous():
             self.f = self.t.view(-1)
         elif self.copy_in:
@@ -249,7 +254,7 @@ def create(opts: Any, backend_options: Any = None) -> IslandsBackend:
     group_id = str(opts.group_id)
     timeout = opts.timeout if isinstance(opts.timeout, timedelta) else timedelta(seconds=1800)
     topo = exchange(opts.store, "hetobs-islands/identity/", rank, size)
-    endpoint = _endpoint(rank, size)
+    endpoint = _endpoint(rank, size, group_timeout(opts.timeout))
     if not opts.global_ranks_in_group:  # the default group: this is the job's world
         native = _connect_through_store(endpoint, opts.store, "hetobs/card/", rank, size)
     else:

@@ -13,7 +13,7 @@ from ..buffers import DTYPES
 from ..comm import OPS, REDUCTIONS
 
 __all__ = ["reduction", "reduction_code", "done", "staged", "comm_id_for", "DTYPE_CODES", "OPS", "REDUCTIONS",
-           "NamedGroup"]
+           "NamedGroup", "require_dense"]
 
 # torch dtype -> wire dtype code (hetobs/buffers.py DTYPES).
 DTYPE_CODES = {getattr(torch, name): code for name, code in DTYPES.items()}
@@ -53,6 +53,14 @@ def done(result: Any = None) -> Any:
     return _create_work_from_future(fut)
 
 
+def require_dense(t: torch.Tensor) -> None:
+    """Refuse a sparse (or other non-strided) tensor in one line, before is_contiguous(), which such
+    a tensor cannot answer ("unsupported memory format option Contiguous")."""
+    if t.layout != torch.strided:
+        raise ValueError(f"hetobs moves dense tensors only, not {t.layout} (torch.sparse_coo: "
+                         "all_reduce its .to_dense(), or all_gather its indices and values)")
+
+
 class staged:
     """Context manager yielding a CPU tensor for `t`; device tensors are copied in and back out.
 
@@ -65,9 +73,7 @@ class staged:
         self.host: torch.Tensor | None = None
 
     def __enter__(self) -> torch.Tensor:
-        if self.t.layout != torch.strided:  # before is_contiguous(), which a sparse tensor cannot answer
-            raise ValueError(f"hetobs moves dense tensors only, not {self.t.layout} (torch.sparse_coo: "
-                             "all_reduce its .to_dense(), or all_gather its indices and values)")
+        require_dense(self.t)
         if self.t.device.type == "cpu" and self.t.is_contiguous():
             self.host = self.t
         elif self.copy_in:

@@ -10,7 +10,6 @@ to init_process_group or new_group is each op's (HETOBS_TIMEOUT otherwise).
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import torch
@@ -18,12 +17,13 @@ import torch.distributed as dist
 
 from .. import _connect_through_store, _endpoint
 from ..comm import Communicator
-from ._common import NamedGroup, comm_id_for, done, reduction, staged
+from ._common import comm_id_for, done, reduction, staged
+from .python_group import PythonGroup, group_timeout, or_default
 
 __all__ = ["HetobsBackend", "create"]
 
 
-class HetobsBackend(NamedGroup, dist.ProcessGroup):
+class HetobsBackend(PythonGroup, dist.ProcessGroup):
     def __init__(self, comm: Communicator) -> None:
         super().__init__(comm.rank, comm.size)
         self.comm = comm
@@ -33,7 +33,7 @@ class HetobsBackend(NamedGroup, dist.ProcessGroup):
 
     # -- collectives ------------------------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
-        op = reduction(_or_default(opts, dist.AllreduceOptions).reduceOp)
+        op = reduction(or_default(opts, dist.AllreduceOptions).reduceOp)
         for t in tensors:
             with staged(t) as h:
                 self.comm.all_reduce(h, op)
@@ -43,14 +43,14 @@ class HetobsBackend(NamedGroup, dist.ProcessGroup):
         return self.allreduce(tensors, opts)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
-        opts = _or_default(opts, dist.BroadcastOptions)
+        opts = or_default(opts, dist.BroadcastOptions)
         for t in tensors:
             with staged(t) as h:
                 self.comm.broadcast(h, opts.rootRank)
         return done(tensors)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
-        opts = _or_default(opts, dist.ReduceOptions)
+        opts = or_default(opts, dist.ReduceOptions)
         op = reduction(opts.reduceOp)
         for t in tensors:
             with staged(t) as h:
@@ -75,36 +75,8 @@ class HetobsBackend(NamedGroup, dist.ProcessGroup):
                 o.copy_(flat[i * inp.numel():(i + 1) * inp.numel()].view_as(o))
         return done(outputs)
 
-    # Coalesced forms: torch calls these on the group itself (all_gather_coalesced, the
-    # _coalescing_manager fast path); the C++ ProcessGroup base would look for a backend
-    # registered per device, which a Python group has not. One op after another is what
-    # they mean here: every op already runs to completion before it returns.
-    def allgather_coalesced(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
-                            opts: Any = None) -> Any:
-        # outputs[r][i] gets rank r's inputs[i]: allgather's outputs[i][r], transposed.
-        self.allgather([[per_rank[i] for per_rank in outputs] for i in range(len(inputs))], inputs, opts)
-        return done(outputs)
-
-    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
-                                    opts: Any = None) -> Any:
-        return self._pairwise(self.all_gather_single, outputs, inputs, opts)
-
-    allgather_into_tensor_coalesced = all_gather_single_coalesced
-
-    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
-                                        opts: Any = None) -> Any:
-        return self._pairwise(self.reduce_scatter_single, outputs, inputs, opts)
-
-    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
-
-    @staticmethod
-    def _pairwise(op: Any, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any) -> Any:
-        for out, inp in zip(outputs, inputs):
-            op(out, inp, opts)
-        return done(outputs)
-
     def reduce_scatter_single(self, out: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> Any:
-        op = reduction(_or_default(opts, dist.ReduceScatterOptions).reduceOp)
+        op = reduction(or_default(opts, dist.ReduceScatterOptions).reduceOp)
         with staged(inp, copy_out=False) as hi, staged(out, copy_in=False) as ho:
             self.comm.reduce_scatter(ho, hi, op)
         return done([out])
@@ -112,7 +84,7 @@ class HetobsBackend(NamedGroup, dist.ProcessGroup):
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:
-        op = reduction(_or_default(opts, dist.ReduceScatterOptions).reduceOp)
+        op = reduction(or_default(opts, dist.ReduceScatterOptions).reduceOp)
         for out, ins in zip(outputs, inputs):
             flat = torch.cat([t.detach().to("cpu").reshape(-1) for t in ins])
             with staged(out, copy_in=False) as ho:
@@ -159,18 +131,8 @@ class HetobsBackend(NamedGroup, dist.ProcessGroup):
                 self.comm.recv(h, src)
         return done(tensors)
 
-    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> Any:
-        # Said here: torch's base class would fail with "No backend type associated with device type cpu".
-        raise ValueError("hetobs receives from a named peer only: recv from any source is not supported "
-                         "(pass src= to recv/irecv)")
-
-    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> Any:
-        raise ValueError("monitored_barrier is Gloo's (torch.distributed.monitored_barrier refuses every other "
-                         "backend by name); on hetobs use barrier(): an op that times out names the rank it "
-                         "waited for (HETOBS_TIMEOUT), and the watchdog dumps a barrier that hangs")
-
     def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:
-        root, me = _or_default(opts, dist.GatherOptions).rootRank, self.comm.rank
+        root, me = or_default(opts, dist.GatherOptions).rootRank, self.comm.rank
         for i, inp in enumerate(inputs):
             with staged(inp, copy_out=False) as hi:
                 if me != root:
@@ -185,7 +147,7 @@ class HetobsBackend(NamedGroup, dist.ProcessGroup):
         return done(outputs)
 
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:
-        root, me = _or_default(opts, dist.ScatterOptions).rootRank, self.comm.rank
+        root, me = or_default(opts, dist.ScatterOptions).rootRank, self.comm.rank
         for i, out in enumerate(outputs):
             with staged(out, copy_in=False) as ho:
                 if me != root:
@@ -198,23 +160,6 @@ class HetobsBackend(NamedGroup, dist.ProcessGroup):
                         with staged(t, copy_out=False) as ht:
                             self.comm.send(ht, r)
         return done(outputs)
-
-
-def _or_default(opts: Any, kind: Any) -> Any:
-    """The options torch passed, or torch's defaults for a direct call (`group.allreduce([t])`, as the
-    C++ ProcessGroup takes it: sum, root 0)."""
-    return kind() if opts is None else opts
-
-
-def group_timeout(timeout: Any) -> float | None:
-    """The op timeout a group was made with, in seconds; None for torch's default (30 min), which
-    leaves HETOBS_TIMEOUT in charge. torch documents `timeout` of init_process_group and new_group
-    as the timeout of the group's operations, as Gloo takes it."""
-    from torch.distributed.constants import default_pg_timeout
-
-    if not isinstance(timeout, timedelta) or timeout == default_pg_timeout or timeout.total_seconds() <= 0:
-        return None
-    return timeout.total_seconds()
 
 
 def create(opts: Any, backend_options: Any = None) -> HetobsBackend:

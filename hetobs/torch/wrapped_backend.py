@@ -97,7 +97,26 @@ def _create(vendor: str, opts: Any, backend_options: Any) -> Any:
     else:
         comm_id = comm_id_for(str(opts.group_id))
     ext = _external(comm_id, world_ranks, rank, vendor, device, f"{vendor}:{opts.group_id}")
-    return _instrument(inner, ext, vendor)
+    backend = _instrument(inner, ext, vendor)
+    native = native_wrapper()
+    # NCCL's backend goes back to torch as it is: torch binds the group it made to the device
+    # given to init_process_group (bound_device_id, eager NCCL init), which a group of our
+    # own would not carry.
+    if native is None or vendor != "gloo":
+        return backend
+    return _named_group(native, opts.store, rank, size, "hetobs_gloo", {"cpu": backend})
+
+
+def _named_group(native: Any, store: Any, rank: int, size: int, name: str, backends: dict[str, Any]) -> Any:
+    """A torch ProcessGroup over `backends` (device type -> instrumented c10d backend) whose
+    getBackendName() is `name`, where torch's own group for a plugin says "custom" (DDP's
+    logging data, torch's messages). torch takes a ProcessGroup from a creator as it is."""
+    group = native.named_group(store, rank, size, name)
+    custom = dist.ProcessGroup.BackendType.CUSTOM
+    for device, backend in backends.items():
+        group._register_backend(torch.device(device), custom, backend)
+    group._set_default_backend(custom)
+    return group
 
 
 class _InstrumentedWorld:
