@@ -20,8 +20,8 @@ from typing import Any, Iterator, Mapping, MutableMapping
 
 from .settings_table import SETTINGS, Spec
 
-__all__ = ["Settings", "SETTINGS", "Spec", "SettingError", "setting", "spec", "job_root", "from_env", "check_timeout", "Launch",
-           "launch_from_env", "export_launch_env", "expand_hostlist"]
+__all__ = ["Settings", "SETTINGS", "Spec", "SettingError", "setting", "spec", "job_root", "from_env", "check_timeout",
+           "Launch", "launch_from_env", "export_launch_env", "expand_hostlist"]
 
 
 class SettingError(ValueError):
@@ -40,8 +40,8 @@ def setting(name: str, env: Mapping[str, str] | None = None) -> Any:
     """One setting from `env` (default os.environ), read as its row in the table says.
 
     float -> float, int -> int, choice -> the choice (lower case), flag -> bool, signal -> its
-    number (0: off), text -> the value as given ("" when unset). Raises SettingError naming
-    the variable and the value.
+    number (0: off), text -> the value as given. Unset, the table's default is read. Raises
+    SettingError naming the variable and the value.
     """
     row = spec(name)
     env = os.environ if env is None else env

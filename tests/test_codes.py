@@ -96,7 +96,7 @@ _ONE_RANK = """
 import json, sys, numpy as np, hetobs
 comm = hetobs.init()
 x = np.ones(1 << 16, np.float32)
-comm.all_gather(x)
+comm.all_gather(np.empty_like(x), x)
 comm.all_reduce(x)
 recs = [r for r in hetobs._core.records() if r["op"] in ("all_gather", "all_reduce")]
 print(json.dumps([(r["op"], r["algbw_gbps"], r["busbw_gbps"]) for r in recs]))

@@ -186,7 +186,7 @@ def test_rendered_table_shows_every_row_with_its_values() -> None:
     lines = script.render().splitlines()
     assert lines[0] == "| Variable | Default | Values | Meaning |"
     body = lines[2:]
-    assert [re.match(r"\| `([A-Z0-9_]+)`", line).group(1) for line in body] == [s.name for s in SETTINGS]  # type: ignore[union-attr]
+    assert [line.split("`")[1] for line in body] == [s.name for s in SETTINGS]
     by_name = dict(zip((s.name for s in SETTINGS), body))
     assert "| integer 1..1073741824 |" in by_name["HETOBS_RECORDS"]
     assert "| number >= 0.001, or inf |" in by_name["HETOBS_TIMEOUT"]
