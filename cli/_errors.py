@@ -10,7 +10,6 @@ as "fault found").
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -23,7 +22,7 @@ try:  # typer >= 0.26 carries its own click
 except ImportError:  # pragma: no cover - older typer on top of click
     from click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # type: ignore[no-redef]
 
-from hetobs.config import SettingError
+from hetobs.config import SettingError, setting
 from hetobs.errors import HetobsError
 from hetobs.ownership import UntrustedJobDir
 
@@ -103,7 +102,8 @@ def lookup(exc: BaseException) -> tuple[Formatter, ExitCode] | None:
 
 
 def _want_traceback() -> bool:
-    return os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+    # A text setting read leniently (hetobs/settings_table.py says why): any value but "" and 0.
+    return setting(TRACEBACK_ENV).strip() not in ("", "0")
 
 
 def report(exc: BaseException, stream: TextIO | None = None) -> ExitCode:

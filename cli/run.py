@@ -125,9 +125,9 @@ def run(
             if job or not settings.job_id_generated:
                 env["HETOBS_JOB_ID"] = job or settings.job_id
         else:
-            env["HETOBS_JOB_ID"] = job or _claim_job_id(settings, root)
+            job_id = env["HETOBS_JOB_ID"] = job or _claim_job_id(settings, root)
             if not settings.secret:
-                env["HETOBS_SECRET"] = store_secret(job_path(root, env["HETOBS_JOB_ID"]), secrets.token_hex(32))
+                env["HETOBS_SECRET"] = store_secret(job_path(root, job_id), secrets.token_hex(32))
     except UntrustedJobDir as e:
         out.error(str(e))
         raise typer.Exit(int(ExitCode.USAGE)) from None
@@ -149,7 +149,6 @@ def run(
                         "the tasks could not agree on one (handshakes are keyed by the job id); set HETOBS_SECRET, "
                         "or start hetobs run once, around the launcher")
     else:
-        out.message(f"hetobs: job {env['HETOBS_JOB_ID']}; dumps under {root}/{env['HETOBS_JOB_ID']}; "
-                    f"diagnose with: hetobs diagnose --job {env['HETOBS_JOB_ID']}")
+        out.message(f"hetobs: job {job_id}; dumps under {root}/{job_id}; diagnose with: hetobs diagnose --job {job_id}")
     sys.stderr.flush()
     os.execvpe(argv[0], argv, env)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from hetobs import stats
+from hetobs.codes import busbw_factor
 from hetobs.plan.accounting import busy_share
 
 from .naming import (ISLAND_PHASES, LINK_HEALTH_SERIES_PER_RANK, METRICS, RANK_STATES, SEGMENT_PROBLEMS, MetricSpec,
@@ -46,17 +47,6 @@ class Family:
     spec: MetricSpec
     samples: list[tuple[Labels, float]] = field(default_factory=list)
     histograms: list[tuple[Labels, list[float], float | None]] = field(default_factory=list)
-
-
-def busbw_factor(op: str, n: int) -> float:
-    """nccl-tests' bus bandwidth factor (the native recorder's busBwFactor)."""
-    if n <= 1:
-        return 0.0 if op == "all_reduce" else 1.0
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"):
-        return (n - 1) / n
-    return 1.0
 
 
 def seconds_since_progress(st: stats.RankStats, now_ns: int) -> float:

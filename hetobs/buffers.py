@@ -8,22 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _core
+from . import _core, codes
 
 __all__ = ["Buffer", "DTYPES", "as_buffer"]
 
-# Wire codes shared with csrc/include/hetobs/common/dtype.h (keep in sync).
-DTYPES: dict[str, int] = {
-    "int8": 0,
-    "uint8": 1,
-    "int32": 2,
-    "int64": 3,
-    "float16": 4,
-    "bfloat16": 5,
-    "float32": 6,
-    "float64": 7,
-}
-_ITEMSIZE = {0: 1, 1: 1, 2: 4, 3: 8, 4: 2, 5: 2, 6: 4, 7: 8}
+# Wire dtype codes and item sizes, from _core (csrc/include/hetobs/common/wire.h).
+DTYPES: dict[str, int] = dict(codes.DTYPE_CODES)
+_ITEMSIZE = dict(enumerate(codes.DTYPE_SIZES))
 
 
 class Buffer:

@@ -10,20 +10,20 @@ import functools
 import operator
 from typing import Any, Sequence
 
-from . import _core
+from . import _core, codes
 from ._relay_targets import cuda_buffer, cuda_stream_handle, current_cuda_device, device_buffers, device_target
 from .buffers import Buffer, as_buffer
 from .config import check_timeout
 
 __all__ = ["Communicator", "Work", "OPS", "REDUCTIONS", "RELAY_STAGES"]
 
-# Op and reduction codes shared with csrc/include/hetobs/common/wire.h (keep in sync).
-OPS: dict[str, int] = {
-    "all_reduce": 0, "reduce_scatter": 1, "all_gather": 2, "broadcast": 3, "reduce": 4,
-    "all_to_all": 5, "barrier": 6, "send": 7, "recv": 8, "relay": 11,
-}
+# The native transport's op codes (codes.OP_CODES, from _core): gather and scatter are
+# recorded for vendor libraries only (csrc/include/hetobs/common/wire.h).
+_VENDOR_ONLY_OPS = ("gather", "scatter")
+OPS: dict[str, int] = {name: code for name, code in codes.OP_CODES.items() if name not in _VENDOR_ONLY_OPS}
 RELAY_STAGES: dict[str, int] = {"none": 0, "host": 1, "cuda": 2, "device": 3}  # csrc/include/hetobs/relay/relay.h
-REDUCTIONS: dict[str, int] = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+# The reductions hetobs runs (RedOp::kOther only names a vendor's in a record).
+REDUCTIONS: dict[str, int] = {name: code for name, code in codes.REDUCTION_CODES.items() if name != "other"}
 _SUM = "sum"
 _FRONTED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 _FLOATS = {"float16", "bfloat16", "float32", "float64"}

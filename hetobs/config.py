@@ -1,8 +1,10 @@
-"""Every HETOBS_* setting, read from the environment in one place.
+"""Every HETOBS_* setting, read from the environment through one table.
 
-The README's settings table mirrors SETTINGS below; tests check that they agree.
-Values are validated here so a typo fails at start-up with the variable's name,
-not deep inside the transport.
+The table is hetobs/settings_table.py (names, kinds, defaults, bounds, choices, docs); the
+native core's table is generated from it and the README's is rendered from it. Every read
+goes through `setting()` here, so a typo fails at start-up with the variable's name and value,
+not deep inside the transport, and reads the same as the native parser (which the
+interposers use) reads it.
 """
 
 from __future__ import annotations
@@ -14,77 +16,107 @@ import tempfile
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping, MutableMapping
+from typing import Any, Iterator, Mapping, MutableMapping
 
-__all__ = ["Settings", "SETTINGS", "NUMBER_SETTINGS", "SettingError", "from_env", "check_timeout", "Launch",
-           "launch_from_env", "export_launch_env", "expand_hostlist"]
+from .settings_table import SETTINGS, Spec
+
+__all__ = ["Settings", "SETTINGS", "Spec", "SettingError", "setting", "spec", "job_root", "from_env", "check_timeout",
+           "Launch", "launch_from_env", "export_launch_env", "expand_hostlist"]
 
 
 class SettingError(ValueError):
     """A HETOBS_* (or rendezvous) variable holds a value that cannot be used."""
 
 
-@dataclass(frozen=True)
-class Setting:
-    name: str
-    default: str
-    doc: str
+_BY_NAME: dict[str, Spec] = {s.name: s for s in SETTINGS}
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("HETOBS_JOB_ID", "SLURM_JOB_ID[.SLURM_STEP_ID], TORCHELASTIC_RUN_ID (not \"none\"), else made by rank 0",
-            "Job identity: names the job directory and authenticates handshakes when no secret is set. "
-            "Under srun the step id is part of it (1234.0, 1234.1: two steps of one allocation never share "
-            "dumps). Without one, rank 0 makes an id and hands it to the other ranks at rendezvous (it logs it; "
-            "`hetobs jobs` lists the jobs)."),
-    Setting("HETOBS_DIR", "<tmp>/hetobs-<uid>", "Root of job directories; point it at shared storage on a cluster."),
-    Setting("HETOBS_TRANSPORT", "auto", "auto (shared memory within a host, TCP across), shm, or tcp."),
-    Setting("HETOBS_SOCKET_IFNAME", "(the route toward MASTER_ADDR)",
-            "Interface whose IPv4 address the rank's listeners bind and advertise (NCCL_SOCKET_IFNAME's form: "
-            "a prefix such as eth, =eth0 for an exact name, ^docker,lo to exclude, comma lists). Unset: the "
-            "address the kernel uses toward MASTER_ADDR; 0.0.0.0 only when MASTER_ADDR is unset too."),
-    Setting("HETOBS_SECRET", "(unset; hetobs run makes one)",
-            "Shared secret: every handshake is authenticated with HMAC-SHA256 over a nonce. `hetobs run` without "
-            "one makes a fresh one and stores it in the job directory (file `secret`, 0600), where `hetobs dump`, "
-            "`diagnose` and the other commands of the job's owner find it when their environment has none."),
-    Setting("HETOBS_TIMEOUT", "600", "Seconds an op may wait on a peer before it fails with a timeout naming that peer (inf: never; NaN and negatives are refused, as for every timeout)."),
-    Setting("HETOBS_CONNECT_TIMEOUT", "60", "Seconds to wait for rendezvous and connections at start-up (inf: never)."),
-    Setting("HETOBS_CONNECT_RETRIES", "100", "Attempts per connection (rendezvous, data links, side channel) before it fails naming the peer, its address and the attempts; back-off doubles from 10 ms to 1 s with jitter, HETOBS_CONNECT_TIMEOUT bounds it all (BCCL_IB_CONNECT_RETRY_CNT's role)."),
-    Setting("HETOBS_RECONNECT_TIMEOUT", "30", "Seconds to re-make a broken TCP data link (fresh handshake, the op resumes at the last chunk received) before the op fails naming the link; also the TCP_USER_TIMEOUT of data sockets (0: no reconnect; inf: never give up)."),
-    Setting("HETOBS_RECORDS", "2048", "Op records kept per rank (ring, oldest finished op overwritten; an op in flight keeps its record)."),
-    Setting("HETOBS_HANG_TIMEOUT", "300", "Seconds without progress in an op before the watchdog dumps every rank (inf: never)."),
-    Setting("HETOBS_WATCHDOG", "1", "0 turns off the watchdog, dumps, side-channel requests and the stats segment."),
-    Setting("HETOBS_ABORT_ON_HANG", "0", "1: after the hang dump, fail the stuck op with an error instead of waiting."),
-    Setting("HETOBS_DUMP_SIGNAL", "off", "A signal (name or number, e.g. SIGUSR2) that makes this rank dump; chains to prior handlers."),
-    Setting("HETOBS_BW_LOG", "off", "Bandwidth log: off, verbose (a line per collective) or agg (per comm and op per interval)."),
-    Setting("HETOBS_BW_LOG_INTERVAL", "15", "Seconds per aggregated bandwidth-log line (HETOBS_BW_LOG=agg)."),
-    Setting("HETOBS_BW_LOG_FILE", "(stderr)", "Bandwidth log file; %h = host, %p = pid, %r = rank."),
-    Setting("HETOBS_SMALL_BYTES", "65536", "all_reduce, all_gather (gathered size) and reduce_scatter (input size) payloads up to this size use the latency path (direct exchange; all_gather and reduce_scatter up to 8 ranks); on a communicator all on one host over shared memory, up to this size divided by (ranks - 1) (docs/algorithms.md). 0 forces the ring."),
-    Setting("HETOBS_SHM_SINGLE_COPY_BYTES", "131072", "Shared-memory collective messages of at least this many bytes are read by the receiver straight out of the sender's buffer (one copy, process_vm_readv) instead of through the ring (two copies), where the kernel allows it (same uid, ptrace permitted; else the ring, logged at debug); a two-rank broadcast from 256 KiB splits that copy, the root writing the second half into the receiver's buffer (process_vm_writev). 4611686018427387904 (2^62) turns both off (docs/algorithms.md has the crossover)."),
-    Setting("HETOBS_DEBUG", "WARN", "Native log level: ERROR, WARN, INFO or DEBUG (to stderr)."),
-    Setting("HETOBS_TRACEBACK", "0", "1: `hetobs` commands print the Python traceback with an error."),
-    Setting("HETOBS_REBUILD", "0", "1: scripts/setup.sh rebuilds the native core even when nothing changed."),
-    Setting("HETOBS_TORCH_NATIVE", "1", "0: \"hetobs_gloo\", \"hetobs_nccl\" and wrap() run as a Python process group even where hetobs._torch_ext is built (a few to ~25 us more per small op; for comparison and debugging)."),
-    Setting("HETOBS_RELAY_CHUNK_BYTES", "4194304", "Chunk size of the pipelined host relay (Communicator.relay, cross-island transfers): copy-in, wire and copy-out overlap chunk by chunk."),
-    Setting("HETOBS_RELAY_SLOTS", "16", "Staging slots per direction of the pipelined host relay (chunks in flight each way; staging = slots x chunk bytes)."),
-    Setting("HETOBS_OTEL_SAMPLE", "0.01", "Fraction of collectives exported as OpenTelemetry spans (0..1; chosen per communicator and sequence id, so every rank keeps the same ones)."),
-    Setting("HETOBS_ISLAND", "(the island's device type)", "Name of this rank's island under \"hetobs_islands\": ranks with one name form an island (1-15 letters, digits, _ . -)."),
-    Setting("HETOBS_ISLAND_DEVICE", "(torch's current accelerator, else cpu)", "Device type of this rank's island under \"hetobs_islands\" (cuda, npu, xpu, any device a vendor plugin registers with torch, or cpu); the device must be available on the rank."),
-    Setting("HETOBS_ISLAND_BACKEND", "(torch's default for the device: nccl, hccl, xccl, gloo, ...)", "torch.distributed backend inside this rank's island: gloo, nccl, a vendor plugin's backend (hccl, xccl, ...) that carries the island's device, or hetobs for the native transport (cpu islands)."),
-    Setting("HETOBS_RELAY_STAGE", "auto", "auto: device tensors cross islands through host staging (CUDA through its native lane, any other device through torch's device-generic API), host tensors go on the wire as they are; host: host tensors are staged too (a real copy per chunk, to exercise and measure the pipeline without a device); device: CUDA tensors take the device-generic lane too (for comparison)."),
-    Setting("HETOBS_RELAY_PIPELINE", "1", "0: the relay copies everything in, sends everything, copies everything out (the unpipelined baseline, for comparison)."),
-)
+def spec(name: str) -> Spec:
+    """The table's row of `name` (KeyError for a name the table lacks: a bug, not the user's)."""
+    return _BY_NAME[name]
+
+
+def setting(name: str, env: Mapping[str, str] | None = None) -> Any:
+    """One setting from `env` (default os.environ), read as its row in the table says.
+
+    float -> float, int -> int, choice -> the choice (lower case), flag -> bool, signal -> its
+    number (0: off), text -> the value as given. Unset, the table's default is read. Raises
+    SettingError naming the variable and the value.
+    """
+    row = spec(name)
+    env = os.environ if env is None else env
+    raw = env.get(name, row.default)
+    return _READERS[row.kind](row, raw)
+
+
+def _number(row: Spec, raw: str) -> float | int:
+    integer = row.kind == "int"
+    try:
+        value: float | int = int(raw) if integer else float(raw)
+    except ValueError:
+        raise SettingError(f"{row.name}={raw!r}: expected a number") from None
+    if isinstance(value, float) and math.isnan(value):
+        raise SettingError(f"{row.name}={raw!r}: expected a number, not NaN")
+    assert row.minimum is not None, row.name
+    minimum = int(row.minimum) if integer else float(row.minimum)
+    if value < minimum:
+        raise SettingError(f"{row.name}={raw!r}: must be at least {minimum}")
+    if row.maximum is not None and value > row.maximum:
+        raise SettingError(f"{row.name}={raw!r}: must be at most {row.maximum}")
+    return value
+
+
+def _choice(row: Spec, raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in row.choices:
+        raise SettingError(f"{row.name}={raw!r}: expected one of {', '.join(row.choices)}")
+    return value
+
+
+def _flag(row: Spec, raw: str) -> bool:
+    return _choice(row, raw) in ("1", "true")
+
+
+def _signal(row: Spec, raw: str) -> int:
+    import signal
+
+    raw = raw.strip()
+    if raw.lower() in ("", "off", "0", "none"):
+        return 0
+    if raw.isdigit():
+        num = int(raw)
+    else:
+        upper = raw.upper()
+        sig = getattr(signal, upper if upper.startswith("SIG") else "SIG" + upper, None)
+        if not isinstance(sig, signal.Signals):
+            raise SettingError(f"{row.name}={raw!r}: not a signal name or number")
+        num = int(sig)
+    if num in (int(signal.SIGKILL), int(signal.SIGSTOP)) or not 0 < num < signal.NSIG:
+        raise SettingError(f"{row.name}={raw!r}: cannot be caught")
+    return num
+
+
+def _text(row: Spec, raw: str) -> str:
+    return raw
+
+
+_READERS = {"float": _number, "int": _number, "choice": _choice, "flag": _flag, "signal": _signal, "text": _text}
 
 
 @dataclass(frozen=True)
 class Settings:
+    """The settings a rank starts with (from_env). No defaults here: they are the table's."""
+
     job_id: str
     job_id_generated: bool
+    job_id_from: str  # the variable job_id came from (_job_id), "generated" when made here
     dir: str
     transport: str
     secret: str
     timeout: float
     connect_timeout: float
+    connect_retries: int  # read by the native core itself too (common/env_config.cc netSettings)
+    reconnect_timeout: float
     records: int
     hang_timeout: float
     watchdog: bool
@@ -95,62 +127,10 @@ class Settings:
     bw_log_interval: float
     bw_log_file: str
     debug: str
-    otel_sample: float = 0.01
-    torch_native: bool = True
-    relay_chunk_bytes: int = 4 << 20
-    relay_slots: int = 16
-    connect_retries: int = 100  # read by the native core itself (common/env_config.cc netSettings)
-    reconnect_timeout: float = 30.0
-    job_id_from: str = ""  # the variable job_id came from (_job_id), "generated" when made here
-
-
-@dataclass(frozen=True)
-class NumberSetting:
-    """How a numeric setting is read, here and in csrc/src/common/env_config.cc (kNumberSettings).
-
-    Floats take inf (for a timeout: never) and refuse NaN; integers are bounded by `maximum`.
-    tests/test_timeouts_inf.py checks that the native table says the same.
-    """
-
-    name: str
-    default: str
-    minimum: float
-    integer: bool = False
-    maximum: int | None = None
-
-
-NUMBER_SETTINGS: dict[str, NumberSetting] = {n.name: n for n in (
-    NumberSetting("HETOBS_TIMEOUT", "600", 0.001),
-    NumberSetting("HETOBS_CONNECT_TIMEOUT", "60", 0.1),
-    NumberSetting("HETOBS_CONNECT_RETRIES", "100", 1, integer=True, maximum=1000000),
-    NumberSetting("HETOBS_RECONNECT_TIMEOUT", "30", 0.0),
-    NumberSetting("HETOBS_RECORDS", "2048", 1, integer=True, maximum=1 << 30),
-    NumberSetting("HETOBS_HANG_TIMEOUT", "300", 0.1),
-    NumberSetting("HETOBS_SMALL_BYTES", "65536", 0, integer=True, maximum=1 << 62),
-    NumberSetting("HETOBS_SHM_SINGLE_COPY_BYTES", "131072", 0, integer=True, maximum=1 << 62),
-    NumberSetting("HETOBS_BW_LOG_INTERVAL", "15", 0.1),
-    NumberSetting("HETOBS_OTEL_SAMPLE", "0.01", 0.0),
-    NumberSetting("HETOBS_RELAY_CHUNK_BYTES", "4194304", 1, integer=True, maximum=1 << 30),
-    NumberSetting("HETOBS_RELAY_SLOTS", "16", 1, integer=True, maximum=1024),
-)}
-
-
-def _number(env: Mapping[str, str], name: str) -> float | int:
-    spec = NUMBER_SETTINGS[name]
-    raw = env.get(name, spec.default)
-    conv: Callable[[str], float | int] = int if spec.integer else float
-    try:
-        value = conv(raw)
-    except ValueError:
-        raise SettingError(f"{name}={raw!r}: expected a number") from None
-    if isinstance(value, float) and math.isnan(value):
-        raise SettingError(f"{name}={raw!r}: expected a number, not NaN")
-    minimum = int(spec.minimum) if spec.integer else spec.minimum
-    if value < minimum:
-        raise SettingError(f"{name}={raw!r}: must be at least {minimum}")
-    if spec.maximum is not None and value > spec.maximum:
-        raise SettingError(f"{name}={raw!r}: must be at most {spec.maximum}")
-    return value
+    otel_sample: float
+    torch_native: bool
+    relay_chunk_bytes: int
+    relay_slots: int
 
 
 def check_timeout(value: float | None, what: str = "timeout") -> float:
@@ -167,33 +147,6 @@ def check_timeout(value: float | None, what: str = "timeout") -> float:
     if math.isnan(seconds) or seconds < 0:
         raise ValueError(f"{what}={value!r}: expected seconds >= 0 (inf for no limit), not {seconds}")
     return seconds
-
-
-def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
-    raw = env.get(name, default)
-    value = raw.strip().lower()
-    if value not in choices:
-        raise SettingError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
-    return value
-
-
-def _signal(env: Mapping[str, str], name: str) -> int:
-    import signal
-
-    raw = env.get(name, "off").strip()
-    if raw.lower() in ("", "off", "0", "none"):
-        return 0
-    if raw.isdigit():
-        num = int(raw)
-    else:
-        upper = raw.upper()
-        sig = getattr(signal, upper if upper.startswith("SIG") else "SIG" + upper, None)
-        if not isinstance(sig, signal.Signals):
-            raise SettingError(f"{name}={raw!r}: not a signal name or number")
-        num = int(sig)
-    if num in (int(signal.SIGKILL), int(signal.SIGSTOP)) or not 0 < num < signal.NSIG:
-        raise SettingError(f"{name}={raw!r}: cannot be caught")
-    return num
 
 
 # Launchers' placeholders, not ids: torchrun's static rendezvous sets TORCHELASTIC_RUN_ID=none
@@ -220,7 +173,7 @@ def _job_id(env: Mapping[str, str]) -> tuple[str, str]:
     csrc/src/common/env_config.cc readEnvSettings (the interposers read it there).
     """
     for name in ("HETOBS_JOB_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
-        value = env.get(name, "").strip()
+        value = (setting(name, env) if name == "HETOBS_JOB_ID" else env.get(name, "")).strip()
         if name == "TORCHELASTIC_RUN_ID" and value.lower() in _PLACEHOLDER_IDS:
             continue
         if not value:
@@ -395,34 +348,39 @@ def _expand_item(item: str) -> Iterator[str]:
                 yield f"{prefix}{n:0{width}d}{tail}"
 
 
+def job_root(env: Mapping[str, str] | None = None) -> str:
+    """HETOBS_DIR, else <tmp>/hetobs-<uid> (the native core's default is the same: env_config.cc)."""
+    return setting("HETOBS_DIR", env) or os.path.join(tempfile.gettempdir(), f"hetobs-{os.getuid()}")
+
+
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
-    """Read and validate every setting (raises SettingError naming the variable)."""
+    """Read and validate every setting a rank starts with (raises SettingError naming the variable)."""
     env = os.environ if env is None else env
     job_id, job_id_from = _job_id(env)
-    _number(env, "HETOBS_SHM_SINGLE_COPY_BYTES")  # read by the native core (env_config.cc); refused here first
+    setting("HETOBS_SHM_SINGLE_COPY_BYTES", env)  # read by the native core (env_config.cc); refused here first
     return Settings(
         job_id=job_id,
         job_id_generated=job_id_from == "generated",
         job_id_from=job_id_from,
-        dir=env.get("HETOBS_DIR", "") or os.path.join(tempfile.gettempdir(), f"hetobs-{os.getuid()}"),
-        transport=_choice(env, "HETOBS_TRANSPORT", "auto", ("auto", "shm", "tcp")),
-        secret=env.get("HETOBS_SECRET", ""),
-        timeout=float(_number(env, "HETOBS_TIMEOUT")),
-        connect_timeout=float(_number(env, "HETOBS_CONNECT_TIMEOUT")),
-        connect_retries=int(_number(env, "HETOBS_CONNECT_RETRIES")),
-        reconnect_timeout=float(_number(env, "HETOBS_RECONNECT_TIMEOUT")),
-        records=int(_number(env, "HETOBS_RECORDS")),
-        hang_timeout=float(_number(env, "HETOBS_HANG_TIMEOUT")),
-        watchdog=_choice(env, "HETOBS_WATCHDOG", "1", ("0", "1", "true", "false")) in ("1", "true"),
-        abort_on_hang=_choice(env, "HETOBS_ABORT_ON_HANG", "0", ("0", "1", "true", "false")) in ("1", "true"),
-        dump_signal=_signal(env, "HETOBS_DUMP_SIGNAL"),
-        small_bytes=int(_number(env, "HETOBS_SMALL_BYTES")),
-        bw_log=_choice(env, "HETOBS_BW_LOG", "off", ("off", "verbose", "agg")),
-        bw_log_interval=float(_number(env, "HETOBS_BW_LOG_INTERVAL")),
-        bw_log_file=env.get("HETOBS_BW_LOG_FILE", ""),
-        debug=_choice(env, "HETOBS_DEBUG", "WARN", ("error", "warn", "info", "debug")).upper(),
-        otel_sample=min(1.0, float(_number(env, "HETOBS_OTEL_SAMPLE"))),
-        torch_native=_choice(env, "HETOBS_TORCH_NATIVE", "1", ("0", "1", "true", "false")) in ("1", "true"),
-        relay_chunk_bytes=int(_number(env, "HETOBS_RELAY_CHUNK_BYTES")),
-        relay_slots=int(_number(env, "HETOBS_RELAY_SLOTS")),
+        dir=job_root(env),
+        transport=setting("HETOBS_TRANSPORT", env),
+        secret=setting("HETOBS_SECRET", env),
+        timeout=float(setting("HETOBS_TIMEOUT", env)),
+        connect_timeout=float(setting("HETOBS_CONNECT_TIMEOUT", env)),
+        connect_retries=setting("HETOBS_CONNECT_RETRIES", env),
+        reconnect_timeout=float(setting("HETOBS_RECONNECT_TIMEOUT", env)),
+        records=setting("HETOBS_RECORDS", env),
+        hang_timeout=float(setting("HETOBS_HANG_TIMEOUT", env)),
+        watchdog=setting("HETOBS_WATCHDOG", env),
+        abort_on_hang=setting("HETOBS_ABORT_ON_HANG", env),
+        dump_signal=setting("HETOBS_DUMP_SIGNAL", env),
+        small_bytes=setting("HETOBS_SMALL_BYTES", env),
+        bw_log=setting("HETOBS_BW_LOG", env),
+        bw_log_interval=float(setting("HETOBS_BW_LOG_INTERVAL", env)),
+        bw_log_file=setting("HETOBS_BW_LOG_FILE", env),
+        debug=setting("HETOBS_DEBUG", env).upper(),
+        otel_sample=min(1.0, float(setting("HETOBS_OTEL_SAMPLE", env))),
+        torch_native=setting("HETOBS_TORCH_NATIVE", env),
+        relay_chunk_bytes=setting("HETOBS_RELAY_CHUNK_BYTES", env),
+        relay_slots=setting("HETOBS_RELAY_SLOTS", env),
     )

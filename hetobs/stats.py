@@ -17,6 +17,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from . import codes
 from .ownership import not_ours
 
 __all__ = [
@@ -26,21 +27,24 @@ __all__ = [
 ]
 
 MAGIC = b"HTBSTATS"
-VERSION = 5  # 2: island fields in the header and in each op record; 3: a CommStats slot for relay ops;
-# 4: each op record names its device and library; 5: the header's boot id
-OP_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier", "send",
-            "recv", "gather", "scatter", "relay")
-# Versions read, with the op kinds each one's CommStats counts: only comm_bytes grew from 2
-# to 3 (and comms are stepped by comm_bytes), so a segment of a rank still on the older
-# build reads the same, without relay counts. 5 appended the header's boot id (older
-# segments: their boot is not known, and not judged).
-_OP_KINDS_OF_VERSION = {2: 11, 3: len(OP_KINDS), 4: len(OP_KINDS), 5: len(OP_KINDS)}
-LATENCY_BUCKETS = 24  # bucket b: duration < 2**b microseconds (the last one: everything above)
-BANDWIDTH_BUCKETS = 20  # bucket b: busbw < 2**b MB/s (the last one: everything above)
-_DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
-_STATES = ("enqueued", "started", "completed", "failed")
-_ALGOS = ("none", "ring", "direct", "chain", "p2p")
-_BACKENDS = ("native", "gloo", "nccl", "mpi", "islands", "vendor")
+# The layout version the native core writes, its codes' names and its bucket counts come from
+# _core (hetobs/codes.py), never retyped here. Layout history: 2: island fields in the header
+# and in each op record; 3: a CommStats slot for relay ops; 4: each op record names its device
+# and library; 5: the header's boot id.
+VERSION = codes.STATS_LAYOUT_VERSION
+OP_KINDS = codes.OP_KINDS
+# Versions read, with the op kinds each one's CommStats counts (facts of past layouts, so
+# numbers: a kind appended later changes the current layout only): only comm_bytes grew from 2
+# to 3 (and comms are stepped by comm_bytes), so a segment of a rank still on the older build
+# reads the same, without relay counts. 5 appended the header's boot id (older segments: their
+# boot is not known, and not judged). tests/test_stats_segment.py checks the current version is here.
+_OP_KINDS_OF_VERSION = {2: 11, 3: 12, 4: 12, 5: 12}
+LATENCY_BUCKETS = codes.LATENCY_BUCKETS
+BANDWIDTH_BUCKETS = codes.BANDWIDTH_BUCKETS
+_DTYPES = codes.DTYPES
+_STATES = codes.OP_STATES
+_ALGOS = codes.ALGORITHMS
+_BACKENDS = codes.BACKENDS
 # Busy-time phases of a hierarchical op, in the order of the header's totals and a record's `phases`.
 ISLAND_PHASES = ("vendor", "d2h", "wire", "h2d")
 
@@ -69,7 +73,7 @@ HEALTH_FIELDS = ("rtt_us", "rttvar_us", "retransmits_total", "retransmitting", "
                  "ms_since_data_recv", "ms_since_ack_recv", "rate_app_limited")
 _RECORD = struct.Struct("<QQQQQQQQqqqddiiiBBBBBBB5x96s" "16s" "qqqq" "I4x")
 _RECORD_NAMES = struct.Struct("<16s16s")  # version 4: device and library, after _RECORD
-_DEVICE_CODES = ("cpu", "cuda", "other")
+_DEVICE_CODES = codes.DEVICE_TYPES
 
 
 class StatsError(ValueError):

@@ -127,6 +127,8 @@ stamp="$(
         "$VPY" -c 'import importlib.metadata as m; print("torch", m.version("torch"))' 2>/dev/null || true
         cat pyproject.toml
         if [[ -d csrc ]]; then find csrc -type f -print0 | sort -z | xargs -0r sha256sum; fi
+        # The native settings table is generated from it at build time (csrc/cmake/gen_settings.py).
+        sha256sum hetobs/settings_table.py
         find hetobs cli exporters \( -name '*.py' -o -name '*.pyi' \) -print 2>/dev/null | sort || true
     } | sha256sum | cut -d' ' -f1
 )"

@@ -75,7 +75,7 @@ def test_bus_factor_rejects_bad_input() -> None:
     with pytest.raises(ValueError, match="rank"):
         bus_factor("all_reduce", 0)
     with pytest.raises(ValueError, match="op="):
-        bus_factor("barrier", 2)
+        bus_factor("no_such_op", 2)
 
 
 def test_parse_sizes() -> None:

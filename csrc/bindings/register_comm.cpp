@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -650,14 +651,38 @@ void registerComm(py::module_& m) {
       },
       py::arg("reason") = "on_demand", py::arg("cause") = "requested from Python", py::arg("ask_peers") = false);
   m.def(
-      "number_settings",
+      "settings_table",
       [] {
+        // As this build compiled it (generated from hetobs/settings_table.py): a stale build shows here.
         py::list out;
-        for (const NumberSpec& s : kNumberSettings)
-          out.append(py::make_tuple(s.name, s.dflt, s.minimum, s.integer, s.integer ? py::object(py::int_(s.maximum)) : py::object(py::none())));
+        for (size_t i = 0; i < kSettingCount; ++i) {
+          const SettingSpec& s = kSettings[i];
+          py::list choices;
+          for (const char* c = s.choices; *c;) {
+            const char* end = strchr(c, ',');
+            std::string choice = end ? std::string(c, size_t(end - c)) : std::string(c);
+            choices.append(choice);
+            c = end ? end + 1 : c + choice.size();
+          }
+          out.append(py::make_tuple(s.name, settingKindName(s.kind), s.dflt, s.minimum, s.maximum,
+                                    py::tuple(choices)));
+        }
         return out;
       },
-      "The native parser's numeric settings table: (name, default, minimum, integer, maximum).");
+      "The native settings table: (name, kind, default, minimum, maximum, choices) per row, in order.");
+  m.def(
+      "native_setting",
+      [](const std::string& name) {
+        // What the native parser reads for one setting from this process's environment, for tests
+        // that hold its errors and values next to hetobs.config's.
+        std::string value, error;
+        if (!readSetting(name.c_str(), &value, &error)) throw py::value_error(error);
+        return value;
+      },
+      py::arg("name"), "The native parser's value of a setting as text; ValueError naming a bad value.");
+  m.def(
+      "advertised_address", [] { return advertisedAddressFromEnv(); }, py::call_guard<py::gil_scoped_release>(),
+      "The address the MPI and NCCL interposers' side channels bind and advertise, from this environment.");
   m.def(
       "native_job_id",
       [] {

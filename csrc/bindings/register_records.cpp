@@ -81,9 +81,50 @@ py::dict recordDict(const OpRecord& r) {
   return d;
 }
 
+// Names of codes 0, 1, ... up to the first "invalid" (the name functions' answer past the end).
+template <typename Code, typename NameOf>
+py::tuple names(NameOf nameOf) {
+  py::list out;
+  for (int code = 0; code < 256; ++code) {
+    const char* name = nameOf(Code(code));
+    if (strcmp(name, "invalid") == 0) break;
+    out.append(name);
+  }
+  return py::tuple(out);
+}
+
+// The codes, names and factors the Python side must not retype (hetobs/codes.py reads them here):
+// the stats segment's layout version and bucket counts, and every code a record or a segment
+// carries. Codes are append-only (record/op_record.h), so a name's position is its code.
+void registerConstants(py::module_& m) {
+  m.attr("STATS_LAYOUT_VERSION") = stats::kVersion;
+  m.attr("LATENCY_BUCKETS") = stats::kLatencyBuckets;
+  m.attr("BANDWIDTH_BUCKETS") = stats::kBandwidthBuckets;
+  m.attr("OP_KINDS") = names<OpKind>(opName);
+  m.attr("DTYPES") = names<DType>(dtypeName);
+  py::list sizes;
+  for (int t = 0; t < int(DType::kCount); ++t) sizes.append(dtypeSize(DType(t)));
+  m.attr("DTYPE_SIZES") = py::tuple(sizes);
+  m.attr("REDUCTIONS") = names<RedOp>(redOpName);
+  m.attr("OP_STATES") = names<OpState>(opStateName);
+  m.attr("ALGORITHMS") = names<Algorithm>(algorithmName);
+  m.attr("BACKENDS") = names<Backend>(backendName);
+  m.attr("DEVICE_TYPES") = names<DeviceType>(deviceTypeName);
+  m.def(
+      "busbw_factor",
+      [](const std::string& op, int n) {
+        for (int code = 0; code < int(OpKind::kCount); ++code)
+          if (op == opName(OpKind(code))) return busBwFactor(uint8_t(code), n);
+        throw py::value_error("op=" + op + ": not an op kind (hetobs._core.OP_KINDS)");
+      },
+      py::arg("op"), py::arg("n"),
+      "nccl-tests' bus bandwidth factor of `op` over `n` ranks, as the recorder applies it (busbw = algbw x it).");
+}
+
 }  // namespace
 
 void registerRecords(py::module_& m) {
+  registerConstants(m);
   // The dump writer's text rules, for tests/test_native_json.py (no other caller).
   m.def("_json_escape", [](const py::bytes& s) { return py::bytes(jsonEscape(std::string(s))); },
         "The JSON string literal the dump writer makes of these bytes.");

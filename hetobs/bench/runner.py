@@ -43,6 +43,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
+from ..codes import busbw_factor
+
 __all__ = [
     "BACKENDS", "DEFAULT_SIZES", "DTYPES", "OPS", "QUICK_SIZES", "BenchConfig", "BenchError", "BenchResult",
     "Progress", "Row", "backend_unavailable", "bus_factor", "element_count", "format_size", "measure_memcpy",
@@ -117,16 +119,11 @@ class BenchError(RuntimeError):
 # -- arithmetic -------------------------------------------------------------------------
 
 def bus_factor(op: str, n: int) -> float:
-    """nccl-tests busbw factor: busbw = algbw x factor, for `n` ranks."""
+    """nccl-tests busbw factor: busbw = algbw x factor, for `n` ranks (the native recorder's
+    rule, hetobs.codes.busbw_factor: 0 at one rank for all_gather as for all_reduce)."""
     if n < 1:
         raise ValueError(f"n={n}: need at least one rank")
-    if op in ("all_reduce", "allreduce"):
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "allgather", "reduce_scatter", "all_to_all", "alltoall", "gather", "scatter"):
-        return (n - 1) / n
-    if op in ("broadcast", "reduce", "send", "recv", "sendrecv"):
-        return 1.0
-    raise ValueError(f"op={op!r}: no bus bandwidth factor known")
+    return busbw_factor(op, n)
 
 
 def element_count(op: str, size: int, n: int, itemsize: int) -> int:

@@ -34,6 +34,8 @@ from typing import Any, Callable, Iterable, TextIO
 
 import numpy as np
 
+from ..config import setting
+
 
 def _block(count: int, n: int) -> int:
     if count % n:
@@ -169,7 +171,7 @@ class _Hetobs(_Bench):
         raise ValueError(f"op {self.op!r}")
 
     def info(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"transport_setting": os.environ.get("HETOBS_TRANSPORT", "auto")}
+        out: dict[str, Any] = {"transport_setting": setting("HETOBS_TRANSPORT")}
         try:  # which algorithm each size ran with (the records the recorder kept)
             algos: dict[str, list[str]] = {}
             for rec in self.comm.records():

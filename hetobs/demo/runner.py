@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..config import job_root, setting
 from ..diagnosis import Options, Report, diagnose
 
 __all__ = ["FAULTS", "DemoResult", "run_demo", "DemoError", "EXPECTED"]
@@ -65,6 +66,11 @@ class DemoResult:
         return list(top.ranks) == [self.culprit]
 
 
+def _transport() -> str:
+    """The caller's HETOBS_TRANSPORT when set (checked), else shm: the demo's ranks share a host."""
+    return str(setting("HETOBS_TRANSPORT")) if "HETOBS_TRANSPORT" in os.environ else "shm"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -86,7 +92,7 @@ class _Job:
             env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
                        HETOBS_JOB_ID=self.job, HETOBS_DIR=str(root), HETOBS_HANG_TIMEOUT=str(hang_timeout),
                        HETOBS_TIMEOUT="120", HETOBS_CONNECT_TIMEOUT="30",
-                       HETOBS_TRANSPORT="tcp" if netns else os.environ.get("HETOBS_TRANSPORT", "shm"),
+                       HETOBS_TRANSPORT="tcp" if netns else _transport(),
                        HETOBS_DEMO_FAULT=fault, HETOBS_DEMO_CULPRIT=str(culprit), HETOBS_DEMO_AT=str(at),
                        HETOBS_DEMO_OPS=str(ops), HETOBS_DEBUG="ERROR", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
             env.pop("HETOBS_SECRET", None)
@@ -162,7 +168,7 @@ def run_demo(*, world: int = 4, fault: str = "sleep", culprit: int = 1, at: int 
         raise ValueError(f"world {world}, culprit {culprit}: need 2 <= world and 0 <= culprit < world")
     if fault == "link" and (os.geteuid() != 0 or not shutil.which("iptables")):
         raise DemoError("the link fault needs root and iptables (a private network namespace gets a DROP rule)")
-    root = Path(workdir) if workdir else Path(os.environ.get("HETOBS_DIR") or f"/tmp/hetobs-{os.getuid()}")
+    root = Path(workdir) if workdir else Path(job_root())
     netns = f"hetobs-demo-{uuid.uuid4().hex[:6]}" if fault == "link" else None
     t0 = time.monotonic()
     link: Optional[tuple[int, int]] = None

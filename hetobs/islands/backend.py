@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from .. import _connect_through_store, _core, _endpoint
+from .. import _connect_through_store, _core, _endpoint, codes
 from ..comm import OPS, Communicator
 from ..torch._common import DTYPE_CODES, comm_id_for, done, reduction_code, require_dense
 from ..torch.python_group import PythonGroup, group_timeout, or_default
@@ -33,7 +33,7 @@ __all__ = ["IslandsBackend", "create"]
 
 log = logging.getLogger("hetobs")
 
-ISLANDS_BACKEND_CODE = 4  # Backend::kIslands (csrc/include/hetobs/record/op_record.h)
+ISLANDS_BACKEND_CODE = codes.BACKEND_CODES["islands"]
 
 
 class IslandsBackend(PythonGroup, dist.ProcessGroup):

@@ -13,7 +13,6 @@ Python instead: correct, not pipelined, said once in the log.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -22,6 +21,7 @@ import torch
 
 from .._relay_targets import device_lanes_available
 from ..comm import Communicator
+from ..config import setting
 
 __all__ = ["PhaseClock", "Relay", "relay_pipelined", "relay_stage"]
 
@@ -29,25 +29,15 @@ PHASE_KEYS = ("vendor_ns", "d2h_ns", "wire_ns", "h2d_ns", "chunks")
 log = logging.getLogger("hetobs")
 
 
-def _choice(env: Any, name: str, default: str, choices: tuple[str, ...]) -> str:
-    from ..config import SettingError
-
-    raw = (os.environ if env is None else env).get(name, default)
-    value = raw.strip().lower()
-    if value not in choices:
-        raise SettingError(f"{name}={raw!r}: expected one of {', '.join(choices)}")
-    return value
-
-
 def relay_stage(env: Any = None) -> str:
     """HETOBS_RELAY_STAGE: auto (device tensors staged, host tensors direct), host (host tensors
     staged too) or device (CUDA tensors through the device-generic lane too)."""
-    return _choice(env, "HETOBS_RELAY_STAGE", "auto", ("auto", "host", "device"))
+    return str(setting("HETOBS_RELAY_STAGE", env))
 
 
 def relay_pipelined(env: Any = None) -> bool:
     """HETOBS_RELAY_PIPELINE: 1 (chunks overlap) or 0 (copy all, send all, copy all)."""
-    return _choice(env, "HETOBS_RELAY_PIPELINE", "1", ("0", "1")) == "1"
+    return setting("HETOBS_RELAY_PIPELINE", env) == "1"
 
 
 @dataclass

@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from ..config import SettingError, setting
+
 __all__ = ["DEFAULT_BACKENDS", "Island", "IslandError", "Topology", "local_identity", "exchange"]
 
 # The collective library usually found with each device type (torch.distributed names).
@@ -152,20 +154,26 @@ def local_identity(env: Mapping[str, str] | None = None, rank: int | None = None
     HETOBS_ISLAND_DEVICE), checked: the device is available here and the backend carries it."""
     env = os.environ if env is None else env
     who = f"rank {rank}" if rank is not None else "this rank"
-    device = env.get("HETOBS_ISLAND_DEVICE", "").strip().lower() or _accelerator()
-    island = env.get("HETOBS_ISLAND", "").strip() or device
+    try:
+        device = setting("HETOBS_ISLAND_DEVICE", env).strip().lower() or _accelerator()
+        island = setting("HETOBS_ISLAND", env).strip() or device
+        backend = setting("HETOBS_ISLAND_BACKEND", env).strip().lower()
+        # Published and compared across ranks (one relay mode per job), checked here first so a
+        # bad value fails at the exchange, where every rank hears of it.
+        relay = {"stage": setting("HETOBS_RELAY_STAGE", env), "pipeline": setting("HETOBS_RELAY_PIPELINE", env)}
+    except SettingError as e:
+        raise IslandError(f"{e} ({who})") from None
     if not _NAME.match(island):
         raise IslandError(f"HETOBS_ISLAND={island!r}: an island name is 1-15 letters, digits, '_', '.' or '-'")
     if not _NAME.match(device):
         raise IslandError(f"HETOBS_ISLAND_DEVICE={device!r}: expected a torch device type (cuda, npu, xpu, cpu, ...)")
-    backend = env.get("HETOBS_ISLAND_BACKEND", "").strip().lower() or _default_backend(device)
+    backend = backend or _default_backend(device)
     if not _NAME.match(backend):
         raise IslandError(f"HETOBS_ISLAND_BACKEND={backend!r}: expected a torch.distributed backend name "
                           "(nccl, hccl, xccl, gloo, hetobs, ...)")
     if backend == "hetobs_islands":
         raise IslandError("HETOBS_ISLAND_BACKEND='hetobs_islands': the library inside an island cannot be "
                           "the islands backend itself")
-    relay = {"stage": _setting(env, "HETOBS_RELAY_STAGE", "auto"), "pipeline": _setting(env, "HETOBS_RELAY_PIPELINE", "1")}
     if not _device_available(device):
         raise IslandError(f"island {island!r}: {who} has no {device} device available (backend {backend}); is the "
                           f"vendor's torch plugin imported and the device visible to this process?")
@@ -173,10 +181,6 @@ def local_identity(env: Mapping[str, str] | None = None, rank: int | None = None
     if why:
         raise IslandError(f"island {island!r}: {who} cannot run backend {backend} on {device}: {why}")
     return {"island": island, "backend": backend, "device": device, "relay": json.dumps(relay, sort_keys=True)}
-
-
-def _setting(env: Mapping[str, str], name: str, default: str) -> str:
-    return env.get(name, default).strip().lower() or default
 
 
 def exchange(store: Any, prefix: str, rank: int, size: int, env: Mapping[str, str] | None = None) -> Topology:

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import AllgatherOptions, _DistributedBackendOptions
 
+from .. import codes
 from ..comm import Communicator
 from ..torch._common import comm_id_for, reduction
 from .topology import IslandError, Topology
@@ -28,17 +29,17 @@ __all__ = ["IslandGroup", "TorchIslandGroup", "NativeIslandGroup", "cheap_scatte
 # Backend codes of records (csrc/include/hetobs/record/op_record.h): Gloo and NCCL by
 # name, every other library (HCCL, XCCL, ... through its torch plugin) as "vendor", its
 # name in the communicator's name.
-_INSTRUMENTED = {"gloo": 1, "nccl": 2}
-_VENDOR_CODE = 5
+_INSTRUMENTED = {name: codes.BACKEND_CODES[name] for name in ("gloo", "nccl")}
+_VENDOR_CODE = codes.BACKEND_CODES["vendor"]
 # Libraries whose reduce-scatter and all-gather cost about twice their all-reduce, measured
 # (docs/islands.md): hierarchical ops avoid them and move whole buffers over the relay.
 _COSTLY_SCATTER = {"gloo"}
 
 
 def device_code(device: str) -> int:
-    """A record's device code (record/op_record.h DeviceType): cpu 0, cuda 1, any other 2
-    (the record's device name says which)."""
-    return {"cpu": 0, "cuda": 1}.get(device, 2)
+    """A record's device code (record/op_record.h DeviceType): cpu, cuda, else "other" (the
+    record's device name says which)."""
+    return codes.DEVICE_CODES.get(device, codes.DEVICE_CODES["other"])
 
 
 def cheap_scatter(backend: str) -> bool:

@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Any
 
-from hetobs.config import from_env
+from hetobs.config import from_env, setting
 from hetobs.jobs import job_path
 from hetobs.ownership import unsafe_dir
 
@@ -43,7 +43,7 @@ def report_batch(n: int, rank: int | None = None) -> None:
         return
     folder = os.path.join(job_path(settings.dir, settings.job_id), "plan")
     path = os.path.join(folder, f"rank-{r}.json")
-    doc = {"schema": SCHEMA, "version": 1, "rank": r, "batch": n, "island": os.environ.get("HETOBS_ISLAND") or None}
+    doc = {"schema": SCHEMA, "version": 1, "rank": r, "batch": n, "island": setting("HETOBS_ISLAND").strip() or None}
     try:
         # As the native core: never into a directory another user made or can write (docs/security.md),
         # each checked before anything is made inside it.

@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
+from .. import codes
 from ..buffers import DTYPES
 from ..comm import OPS, REDUCTIONS
 
@@ -22,7 +23,7 @@ _REDUCTIONS = {
     dist.ReduceOp.SUM: "sum", dist.ReduceOp.PRODUCT: "prod", dist.ReduceOp.MIN: "min",
     dist.ReduceOp.MAX: "max", dist.ReduceOp.AVG: "avg",
 }
-_OTHER = 5  # RedOp::kOther (csrc/include/hetobs/common/wire.h): a vendor reduction hetobs cannot name
+_OTHER = codes.REDUCTION_CODES["other"]  # a vendor reduction hetobs cannot name
 
 
 def _name(op: Any) -> str | None:

@@ -24,13 +24,14 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from ._common import DTYPE_CODES, OPS, NamedGroup, done, numel, reduction_code
+from .. import codes
+from ._common import DTYPE_CODES, NamedGroup, done, numel, reduction_code
 
 __all__ = ["InstrumentedBackend"]
 
 log = logging.getLogger("hetobs")
 
-_OP_CODES = {**OPS, "gather": 9, "scatter": 10}  # recorded kinds beyond the native transport's
+_OP_CODES = codes.OP_CODES  # every recorded kind: gather and scatter too, beyond the native transport's
 
 
 def _redop(opts: Any) -> int:

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .. import _connect_through_store, _core, _endpoint
+from .. import _connect_through_store, _core, _endpoint, codes
 from ..config import from_env
 from ..comm import Communicator
 from ._common import comm_id_for
@@ -35,7 +35,7 @@ __all__ = ["InstrumentedBackend", "create_gloo", "create_nccl", "wrap", "native_
 
 log = logging.getLogger("hetobs")
 
-_BACKEND_CODES = {"gloo": 1, "nccl": 2, "mpi": 3}
+_BACKEND_CODES = {name: codes.BACKEND_CODES[name] for name in ("gloo", "nccl", "mpi")}  # the vendors wrap() takes
 
 
 @functools.cache

@@ -1,9 +1,5 @@
 #include "state.h"
 
-#include <ifaddrs.h>
-#include <arpa/inet.h>
-#include <net/if.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -78,24 +74,6 @@ uint64_t fnv(uint64_t h, uint64_t v) {
     h *= 0x100000001b3ULL;
   }
   return h;
-}
-
-std::string advertisedIp() {
-  std::string ip = localAddressToward(SockAddr{"192.0.2.1", 9});  // TEST-NET-1: only the route is looked up
-  if (ip != "127.0.0.1") return ip;
-  ifaddrs* ifs = nullptr;
-  if (getifaddrs(&ifs) == 0) {
-    for (ifaddrs* i = ifs; i; i = i->ifa_next) {
-      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-      if (!(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK)) continue;
-      char buf[INET_ADDRSTRLEN];
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
-      ip = buf;
-      break;
-    }
-    freeifaddrs(ifs);
-  }
-  return ip;
 }
 
 void stderrLine(const std::string& s) {
@@ -391,8 +369,7 @@ void setUp() {
     rt = &Runtime::init(runtimeConfigFrom(s, rank, size));
     Credentials cred{s.job_id, s.secret.empty() ? s.job_id : s.secret};
     // Bound where peers are told to dial it, not on every interface (HETOBS_SOCKET_IFNAME first).
-    const char* ifname = getenv("HETOBS_SOCKET_IFNAME");
-    std::string ip = ifname && *ifname ? interfaceAddress(ifname) : advertisedIp();
+    std::string ip = advertisedAddressFromEnv();
     gListener = new Listener(cred, ip);
     gListener->setControlHandler([rt](const std::string& req) { return rt->handleControl(req); });
     Card c;

@@ -69,18 +69,6 @@ bool worldFromEnv(int* rank, int* size) {
 
 // ------------------------------------------------------------------ side channel
 
-// The address peers should use for our listener: toward MASTER_ADDR when set, else the
-// interface of the default route (a UDP connect sends nothing), else loopback.
-std::string advertisedAddress() {
-  const char* master = getenv("MASTER_ADDR");
-  try {
-    if (master && *master) return localAddressToward(SockAddr{master, 29500});
-    return localAddressToward(SockAddr{"8.8.8.8", 53});
-  } catch (const std::exception&) {
-    return "127.0.0.1";
-  }
-}
-
 // Minimal readers for the rank files our own JsonWriter wrote (compact, known keys).
 bool jsonString(const std::string& s, size_t from, const char* key, std::string* out) {
   std::string k = std::string("\"") + key + "\":\"";
@@ -176,9 +164,7 @@ void startSideChannel(Process* p) {
   try {
     Credentials cred{p->env.job_id, p->env.secret.empty() ? p->env.job_id : p->env.secret};
     // Bound where peers are told to dial it, not on every interface (HETOBS_SOCKET_IFNAME first).
-    const char* ifname = getenv("HETOBS_SOCKET_IFNAME");
-    std::string ip = p->size <= 1 ? std::string("127.0.0.1")
-                     : ifname && *ifname ? interfaceAddress(ifname) : advertisedAddress();
+    std::string ip = p->size <= 1 ? std::string("127.0.0.1") : advertisedAddressFromEnv();
     p->listener = std::make_unique<Listener>(cred, ip);
     Runtime* rt = p->rt;
     p->listener->setControlHandler([rt](const std::string& req) { return rt->handleControl(req); });

@@ -106,16 +106,20 @@ std::string fmtMin(double m, bool integer) {
   return s;
 }
 
-const NumberSpec& numberSpec(const char* name) {
-  for (const NumberSpec& s : kNumberSettings)
-    if (strcmp(s.name, name) == 0) return s;
-  throw BadSetting{std::string(name) + ": not in the number settings table"};  // a bug here, not the user's
+// The row of `name`, which must be of `kind`: a mismatch is a bug here, not the user's.
+const SettingSpec& settingRow(const char* name, SettingKind kind) {
+  const SettingSpec* s = findSetting(name);
+  if (!s) throw BadSetting{std::string(name) + ": not in the settings table (hetobs/settings_table.py)"};
+  if (s->kind != kind)
+    throw BadSetting{std::string(name) + ": read as " + settingKindName(kind) + " but the settings table says " +
+                     settingKindName(s->kind)};
+  return *s;
 }
 
 // inf means "never" (every deadline saturates, see clock.h); NaN compares false with
 // every bound, so it is refused by name rather than slipping past the minimum.
 double numberSetting(const char* name) {
-  const NumberSpec& spec = numberSpec(name);
+  const SettingSpec& spec = settingRow(name, SettingKind::kFloat);
   std::string raw = env(name, spec.dflt);
   double v = 0;
   if (!parseFloat(raw, &v)) bad(name, raw, "expected a number");
@@ -125,30 +129,36 @@ double numberSetting(const char* name) {
 }
 
 long long intSetting(const char* name) {
-  const NumberSpec& spec = numberSpec(name);
+  const SettingSpec& spec = settingRow(name, SettingKind::kInt);
   std::string raw = env(name, spec.dflt);
   long long v = 0;
   bool overflow = false;
   const long long minimum = (long long)spec.minimum, maximum = spec.maximum;
   if (!parseInt(raw, &v, &overflow)) bad(name, raw, "expected a number");
-  if (!overflow && v < minimum) bad(name, raw, "must be at least " + std::to_string(minimum));
+  // strtoll saturates on overflow: LLONG_MIN below, LLONG_MAX above, each past its bound.
+  if (v < minimum) bad(name, raw, "must be at least " + std::to_string(minimum));
   if (overflow || v > maximum) bad(name, raw, "must be at most " + std::to_string(maximum));
   return v;
 }
 
-std::string choiceSetting(const char* name, const char* dflt, std::initializer_list<const char*> choices) {
-  std::string raw = env(name, dflt);
+std::string oneOf(const SettingSpec& spec) {
+  std::string raw = env(spec.name, spec.dflt);
   std::string v = lower(strip(raw));
   std::string all;
-  for (const char* c : choices) {
-    if (v == c) return v;
-    all += (all.empty() ? "" : ", ") + std::string(c);
+  for (const char* c = spec.choices; *c;) {
+    const char* end = strchr(c, ',');
+    std::string choice = end ? std::string(c, size_t(end - c)) : std::string(c);
+    if (v == choice) return v;
+    all += (all.empty() ? "" : ", ") + choice;
+    c = end ? end + 1 : c + choice.size();
   }
-  bad(name, raw, "expected one of " + all);
+  bad(spec.name, raw, "expected one of " + all);
 }
 
-bool flagSetting(const char* name, const char* dflt) {
-  std::string v = choiceSetting(name, dflt, {"0", "1", "true", "false"});
+std::string choiceSetting(const char* name) { return oneOf(settingRow(name, SettingKind::kChoice)); }
+
+bool flagSetting(const char* name) {
+  std::string v = oneOf(settingRow(name, SettingKind::kFlag));
   return v == "1" || v == "true";
 }
 
@@ -158,7 +168,7 @@ struct SignalName {
 };
 
 int signalSetting(const char* name) {
-  std::string raw = strip(env(name, "off"));
+  std::string raw = strip(env(name, settingRow(name, SettingKind::kSignal).dflt));
   std::string l = lower(raw);
   if (l.empty() || l == "off" || l == "0" || l == "none") return 0;
   int num = 0;
@@ -217,23 +227,29 @@ std::string tempDir() {
 
 }  // namespace
 
-// Mirrors hetobs/config.py NUMBER_SETTINGS (tests/test_timeouts_inf.py compares the two).
-const NumberSpec kNumberSettings[kNumberSettingCount] = {
-    {"HETOBS_TIMEOUT", "600", 0.001, false, 0},
-    {"HETOBS_CONNECT_TIMEOUT", "60", 0.1, false, 0},
-    {"HETOBS_RECORDS", "2048", 1, true, 1ll << 30},
-    {"HETOBS_HANG_TIMEOUT", "300", 0.1, false, 0},
-    {"HETOBS_SMALL_BYTES", "65536", 0, true, 1ll << 62},
-    {"HETOBS_SHM_SINGLE_COPY_BYTES", "131072", 0, true, 1ll << 62},
-    {"HETOBS_BW_LOG_INTERVAL", "15", 0.1, false, 0},
-    {"HETOBS_OTEL_SAMPLE", "0.01", 0.0, false, 0},
-    // Read by Python (hetobs.comm hands them to Communicator.relay); kept here so both
-    // parsers refuse the same values.
-    {"HETOBS_RELAY_CHUNK_BYTES", "4194304", 1, true, 1ll << 30},
-    {"HETOBS_RELAY_SLOTS", "16", 1, true, 1024},
-    {"HETOBS_CONNECT_RETRIES", "100", 1, true, 1000000},
-    {"HETOBS_RECONNECT_TIMEOUT", "30", 0.0, false, 0},
+// Generated from hetobs/settings_table.py (csrc/cmake/gen_settings.py); tests/test_settings_table.py
+// compares this build's rows with the Python table row by row.
+const SettingSpec kSettings[] = {
+#include "hetobs/common/settings_table.inc"
 };
+const size_t kSettingCount = sizeof kSettings / sizeof kSettings[0];
+
+const char* settingKindName(SettingKind k) {
+  static const char* const kNames[] = {"float", "int", "choice", "flag", "signal", "text"};
+  return uint8_t(k) < sizeof kNames / sizeof kNames[0] ? kNames[uint8_t(k)] : "invalid";
+}
+
+const SettingSpec* findSetting(const char* name) {
+  for (const SettingSpec& s : kSettings)
+    if (strcmp(s.name, name) == 0) return &s;
+  return nullptr;
+}
+
+std::string textSetting(const char* name) {
+  const SettingSpec* s = findSetting(name);
+  if (!s || s->kind != SettingKind::kText) throw Error(std::string(name) + ": not a text setting of the table");
+  return env(name, s->dflt);
+}
 
 // Read where a connection is made (any entry point, Python or not); hetobs/config.py has
 // refused a bad value already when Python started the rank, so a bad one here falls back to
@@ -241,6 +257,9 @@ const NumberSpec kNumberSettings[kNumberSettingCount] = {
 NetSettings netSettings() {
   static const NetSettings cached = [] {
     NetSettings n;
+    // A bad value falls back to the table's default (which is valid: tests/test_settings_table.py).
+    n.connect_retries = int(strtol(settingRow("HETOBS_CONNECT_RETRIES", SettingKind::kInt).dflt, nullptr, 10));
+    n.reconnect_timeout = strtod(settingRow("HETOBS_RECONNECT_TIMEOUT", SettingKind::kFloat).dflt, nullptr);
     try {
       n.connect_retries = int(intSetting("HETOBS_CONNECT_RETRIES"));
     } catch (const BadSetting& b) {
@@ -258,7 +277,7 @@ NetSettings netSettings() {
 
 uint64_t shmSingleCopyBytes() {
   static const uint64_t cached = [] {
-    uint64_t v = 131072;
+    uint64_t v = uint64_t(strtoull(settingRow("HETOBS_SHM_SINGLE_COPY_BYTES", SettingKind::kInt).dflt, nullptr, 10));
     try {
       v = uint64_t(intSetting("HETOBS_SHM_SINGLE_COPY_BYTES"));
     } catch (const BadSetting& b) {
@@ -282,7 +301,13 @@ std::string generateJobId() {
 }
 
 std::string listenAddressFromEnv() {
-  return listenAddressFor(strip(env("HETOBS_SOCKET_IFNAME", "")), strip(env("MASTER_ADDR", "")));
+  return listenAddressFor(strip(textSetting("HETOBS_SOCKET_IFNAME")), strip(env("MASTER_ADDR", "")));
+}
+
+std::string advertisedAddressFromEnv() {
+  std::string spec = strip(textSetting("HETOBS_SOCKET_IFNAME"));
+  if (!spec.empty()) return interfaceAddress(spec);
+  return outwardAddress(strip(env("MASTER_ADDR", "")));
 }
 
 bool launchJobId(std::string* id) {
@@ -297,12 +322,45 @@ bool launchJobId(std::string* id) {
   return true;
 }
 
+bool readSetting(const char* name, std::string* value, std::string* error) {
+  try {
+    const SettingSpec* s = findSetting(name);
+    if (!s) throw BadSetting{std::string(name) + ": not in the settings table (hetobs/settings_table.py)"};
+    switch (s->kind) {
+      case SettingKind::kFloat:
+        *value = strFormat("%.17g", numberSetting(name));
+        break;
+      case SettingKind::kInt:
+        *value = std::to_string(intSetting(name));
+        break;
+      case SettingKind::kChoice:
+        *value = choiceSetting(name);
+        break;
+      case SettingKind::kFlag:
+        *value = flagSetting(name) ? "1" : "0";
+        break;
+      case SettingKind::kSignal:
+        *value = std::to_string(signalSetting(name));
+        break;
+      case SettingKind::kText:
+        *value = textSetting(name);
+        break;
+    }
+    return true;
+  } catch (const BadSetting& b) {
+    if (error) *error = b.message;
+  } catch (const std::exception& e) {
+    if (error) *error = e.what();
+  }
+  return false;
+}
+
 bool readEnvSettings(EnvSettings* out, std::string* error) {
   try {
     EnvSettings s;
     bool found = false;
     for (const char* name : {"HETOBS_JOB_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
-      std::string v = strip(env(name, ""));
+      std::string v = strip(strcmp(name, "HETOBS_JOB_ID") == 0 ? textSetting(name) : env(name, ""));
       // torchrun's static rendezvous says "none" for every job: a placeholder, not an id.
       if (strcmp(name, "TORCHELASTIC_RUN_ID") == 0 && lower(v) == "none") continue;
       if (v.empty()) continue;
@@ -322,25 +380,25 @@ bool readEnvSettings(EnvSettings* out, std::string* error) {
       s.job_id = generateJobId();
       s.job_id_generated = true;
     }
-    s.dir = env("HETOBS_DIR", "");
+    s.dir = textSetting("HETOBS_DIR");
     if (s.dir.empty()) s.dir = tempDir() + "/hetobs-" + std::to_string(getuid());
-    s.transport = choiceSetting("HETOBS_TRANSPORT", "auto", {"auto", "shm", "tcp"});
-    s.secret = env("HETOBS_SECRET", "");
+    s.transport = choiceSetting("HETOBS_TRANSPORT");
+    s.secret = textSetting("HETOBS_SECRET");
     s.timeout = numberSetting("HETOBS_TIMEOUT");
     s.connect_timeout = numberSetting("HETOBS_CONNECT_TIMEOUT");
     s.records = uint32_t(intSetting("HETOBS_RECORDS"));
     s.hang_timeout = numberSetting("HETOBS_HANG_TIMEOUT");
-    s.watchdog = flagSetting("HETOBS_WATCHDOG", "1");
-    s.abort_on_hang = flagSetting("HETOBS_ABORT_ON_HANG", "0");
+    s.watchdog = flagSetting("HETOBS_WATCHDOG");
+    s.abort_on_hang = flagSetting("HETOBS_ABORT_ON_HANG");
     s.dump_signal = signalSetting("HETOBS_DUMP_SIGNAL");
     s.small_bytes = uint64_t(intSetting("HETOBS_SMALL_BYTES"));
-    std::string dbg = choiceSetting("HETOBS_DEBUG", "WARN", {"error", "warn", "info", "debug"});
+    std::string dbg = choiceSetting("HETOBS_DEBUG");
     for (char& c : dbg) c = char(std::toupper(static_cast<unsigned char>(c)));
     s.debug = dbg;
     s.otel_sample = std::min(1.0, numberSetting("HETOBS_OTEL_SAMPLE"));
-    s.bw_log = choiceSetting("HETOBS_BW_LOG", "off", {"off", "verbose", "agg"});
+    s.bw_log = choiceSetting("HETOBS_BW_LOG");
     s.bw_log_interval = numberSetting("HETOBS_BW_LOG_INTERVAL");
-    s.bw_log_file = env("HETOBS_BW_LOG_FILE", "");
+    s.bw_log_file = textSetting("HETOBS_BW_LOG_FILE");
     intSetting("HETOBS_CONNECT_RETRIES");  // validated here for entry points without Python
     numberSetting("HETOBS_RECONNECT_TIMEOUT");
     *out = std::move(s);

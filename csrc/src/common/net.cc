@@ -242,6 +242,24 @@ std::string listenAddressFor(const std::string& ifnameSpec, const std::string& t
   return "0.0.0.0";
 }
 
+std::string outwardAddress(const std::string& towardHost) {
+  try {
+    // A route look-up only (a UDP connect sends nothing); TEST-NET-1 stands for "anywhere".
+    std::string ip = localAddressToward(SockAddr{towardHost.empty() ? std::string("192.0.2.1") : towardHost, 9});
+    // Toward a named host the route's answer stands, loopback included (a job on one host).
+    if (!towardHost.empty() || ip != "127.0.0.1") return ip;
+  } catch (const std::exception&) {
+    // no route: fall through to the interfaces
+  }
+  try {
+    for (const IfAddr& a : ipv4Interfaces())
+      if (!a.loopback) return a.ip;
+  } catch (const std::exception&) {
+    // getifaddrs failed: loopback is all that is left
+  }
+  return "127.0.0.1";
+}
+
 std::string rendezvousListenAddress(const std::string& masterHost) {
   // Others reach the rendezvous at MASTER_ADDR: bind that when it is one of ours (behind a NAT
   // or a proxy it is not, and only the wildcard can take its connections).

@@ -25,7 +25,8 @@ const char* backendName(Backend b) {
   return uint8_t(b) < 6 ? kNames[uint8_t(b)] : "invalid";
 }
 const char* deviceTypeName(DeviceType d) {
-  return d == DeviceType::kCuda ? "cuda" : d == DeviceType::kOther ? "other" : "cpu";
+  static const char* kNames[] = {"cpu", "cuda", "other"};
+  return uint8_t(d) < 3 ? kNames[uint8_t(d)] : "invalid";
 }
 
 const char* recordDevice(const OpRecord& r) { return r.device[0] ? r.device : deviceTypeName(DeviceType(r.device_type)); }
@@ -45,17 +46,23 @@ bool islandPhaseFromName(const char* name, IslandPhase* out) {
   return false;
 }
 
+// nccl-tests' formulas exactly (all_reduce.cu 2(n-1)/n; all_gather.cu, reduce_scatter.cu,
+// alltoall.cu, gather.cu, scatter.cu (n-1)/n; broadcast, reduce, sendrecv 1), at every n: at one
+// rank the (n-1)/n family is 0, as all_reduce's is, because no byte crosses a bus (the copy a
+// one-rank all_gather makes is local). An earlier rule kept 1 there for every op but all_reduce,
+// which disagreed with the benchmark's nccl-tests arithmetic. The one source of the factor:
+// Python reads it through _core.busbw_factor (hetobs/codes.py).
 double busBwFactor(uint8_t op, int n) {
-  if (n <= 1) return op == uint8_t(OpKind::kAllReduce) ? 0.0 : 1.0;
+  const double ranks = n < 1 ? 1.0 : double(n);  // a size not known yet counts as one rank
   switch (OpKind(op)) {
     case OpKind::kAllReduce:
-      return 2.0 * (n - 1) / n;
+      return 2.0 * (ranks - 1) / ranks;
     case OpKind::kAllGather:
     case OpKind::kReduceScatter:
     case OpKind::kAllToAll:
     case OpKind::kGather:
     case OpKind::kScatter:
-      return double(n - 1) / n;
+      return (ranks - 1) / ranks;
     default:
       return 1.0;
   }

@@ -1,8 +1,11 @@
 #pragma once
 // The HETOBS_* settings read from the environment by native entry points that have no
-// Python (the MPI and NCCL interposers). Same variables, defaults and validation as
-// hetobs/config.py (the source of truth; keep the two in step): an invalid value is
-// one message naming the variable, e.g. "HETOBS_RECORDS='abc': expected a number".
+// Python (the MPI and NCCL interposers) and by the core itself. Every read goes through
+// kSettings, which is generated at build time from hetobs/settings_table.py (the one source:
+// names, kinds, defaults, bounds, choices), so this parser and hetobs/config.py read alike:
+// an invalid value is one message naming the variable, e.g. "HETOBS_RECORDS='abc': expected
+// a number".
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -10,38 +13,56 @@
 
 namespace hetobs {
 
+// Filled by readEnvSettings from kSettings; the defaults live in the table only, so the
+// members here are plain zeros until read.
 struct EnvSettings {
   std::string job_id;
   bool job_id_generated = false;  // none of HETOBS_JOB_ID, SLURM_JOB_ID, TORCHELASTIC_RUN_ID was set
   std::string dir;
-  std::string transport = "auto";
+  std::string transport;  // auto | shm | tcp
   std::string secret;
-  double timeout = 600;
-  double connect_timeout = 60;
-  uint32_t records = 2048;
-  double hang_timeout = 300;
-  bool watchdog = true;
+  double timeout = 0;
+  double connect_timeout = 0;
+  uint32_t records = 0;
+  double hang_timeout = 0;
+  bool watchdog = false;
   bool abort_on_hang = false;
   int dump_signal = 0;  // 0: off
-  uint64_t small_bytes = 65536;
-  std::string debug = "WARN";  // ERROR | WARN | INFO | DEBUG
-  double otel_sample = 0.01;
-  std::string bw_log = "off";  // off | verbose | agg
-  double bw_log_interval = 15;
+  uint64_t small_bytes = 0;
+  std::string debug;  // ERROR | WARN | INFO | DEBUG
+  double otel_sample = 0;
+  std::string bw_log;  // off | verbose | agg
+  double bw_log_interval = 0;
   std::string bw_log_file;
 };
 
-// A numeric setting: how both parsers (this one and hetobs/config.py) read it. Floats
-// take inf ("never", for timeouts) and refuse NaN; integers are bounded by `maximum`.
-struct NumberSpec {
+// How a setting is read (hetobs/settings_table.py's kinds): float takes inf ("never", for
+// timeouts) and refuses NaN; int is bounded by minimum and maximum; choice and flag are one of
+// `choices` (stripped, lower-cased); signal a name or number; text is taken as given.
+enum class SettingKind : uint8_t { kFloat = 0, kInt, kChoice, kFlag, kSignal, kText };
+const char* settingKindName(SettingKind k);  // "float", "int", ... as in settings_table.py
+
+struct SettingSpec {
   const char* name;
-  const char* dflt;
-  double minimum;
-  bool integer;
-  long long maximum;  // integers only
+  SettingKind kind;
+  const char* dflt;     // the value read when unset
+  double minimum;       // float and int
+  long long maximum;    // int
+  const char* choices;  // choice and flag: comma-separated
 };
-constexpr int kNumberSettingCount = 12;
-extern const NumberSpec kNumberSettings[kNumberSettingCount];
+// Every HETOBS_* setting, in the README's order (generated: settings_table.inc).
+extern const SettingSpec kSettings[];
+extern const size_t kSettingCount;
+// The row of `name`; nullptr when the table has none (a bug in the caller, not the user's).
+const SettingSpec* findSetting(const char* name);
+
+// A text setting's value (its default when unset), through the table.
+std::string textSetting(const char* name);
+// Any one setting as this parser reads it from the environment, as text (float "%.17g", int,
+// choice lower-cased, flag "1"/"0", signal its number, text as given). False with *error (the
+// message that names the variable and the value) when the value cannot be used. For tests that
+// hold both parsers side by side; never throws.
+bool readSetting(const char* name, std::string* value, std::string* error);
 
 // Read every setting from the process environment (getenv). Returns false and sets
 // *error (one line, no trailing newline) when a value cannot be used; never throws.
@@ -49,8 +70,8 @@ bool readEnvSettings(EnvSettings* out, std::string* error);
 
 // Connection settings every connect path reads (read once per process).
 struct NetSettings {
-  int connect_retries = 100;      // HETOBS_CONNECT_RETRIES: attempts per connect
-  double reconnect_timeout = 30;  // HETOBS_RECONNECT_TIMEOUT: seconds to re-make a broken link (inf: never give up)
+  int connect_retries = 0;      // HETOBS_CONNECT_RETRIES: attempts per connect
+  double reconnect_timeout = 0;  // HETOBS_RECONNECT_TIMEOUT: seconds to re-make a broken link (inf: never give up)
 };
 NetSettings netSettings();
 // HETOBS_SHM_SINGLE_COPY_BYTES: shared-memory messages from this size are read straight out of
@@ -65,9 +86,16 @@ std::string generateJobId();
 // every rank of one launch derives alike from MASTER_ADDR:MASTER_PORT, which two jobs
 // running at once on one machine cannot share. False when either is unset.
 bool launchJobId(std::string* id);
+// HETOBS_SOCKET_IFNAME and MASTER_ADDR are read here only, and the interface syntax parsed in
+// one place (net.h interfaceAddress), for every entry point:
 // Where this rank's listeners bind: HETOBS_SOCKET_IFNAME's address, else the route toward
 // MASTER_ADDR, else 0.0.0.0 (net.h listenAddressFor). Throws Error naming the setting.
 std::string listenAddressFromEnv();
+// The address an interposer's side channel binds and advertises in its card (never the
+// wildcard: peers dial it): HETOBS_SOCKET_IFNAME's, else the route toward MASTER_ADDR, else
+// the default route's, else the first interface that is up (net.h outwardAddress). Throws
+// Error naming the setting when HETOBS_SOCKET_IFNAME matches nothing.
+std::string advertisedAddressFromEnv();
 // Apply HETOBS_DEBUG to the native logger.
 void applyLogLevel(const EnvSettings& s);
 

@@ -40,6 +40,10 @@ std::string peerAddressOf(int fd);
 // 0.0.0.0 when neither is known. Throws Error naming HETOBS_SOCKET_IFNAME when nothing matches.
 std::string listenAddressFor(const std::string& ifnameSpec, const std::string& towardHost);
 std::string interfaceAddress(const std::string& ifnameSpec);
+// An address peers can dial when no interface is named (never the wildcard): the one the
+// kernel uses toward `towardHost` (MASTER_ADDR) when given, else the default route's, else
+// the first IPv4 interface that is up and not loopback, else 127.0.0.1.
+std::string outwardAddress(const std::string& towardHost);
 // Where rank 0's rendezvous binds: MASTER_ADDR itself when it is an address of this host.
 std::string rendezvousListenAddress(const std::string& masterHost);
 
