@@ -120,11 +120,14 @@ def test_a_gone_peer_that_dumped_is_a_broken_link_from_the_fields_alone(tmp_path
     """Rank 1 called rank 2 gone (its listener refused every redial), but rank 2 left a dump of the
     incident: it was alive, so the link broke. 1.x/2.0 tell "gone" only by the sentence."""
     job = JobSpec(3, incident="error-c0-s17")
-    _failed(job, {1: make_cause_info("peer_closed", [2], reporter=1, peer=2, gone=True),
-                  2: make_cause_info("other", [], reporter=2)})
+    told = make_cause_info("peer_closed", [2], reporter=1, messengers=[1], peer=2)
+    _failed(job, {1: make_cause_info("peer_closed", [2], reporter=1, peer=2, gone=True), 0: told, 2: told})
     rep = run(job.write(tmp_path))
-    faults = [(v.kind.value, v.ranks, sorted(v.links)) for v in rep.verdicts if v.kind.is_fault]
-    assert faults and faults[0][0] == "transport_error" and faults[0][1] == [], faults
+    assert [(v.kind.value, v.ranks, v.links) for v in rep.verdicts if v.kind.is_fault] == \
+        [("transport_error", [], [(1, 2)])]
+    job.comm(1)["cause_info"]["gone"] = job.dumps[1]["cause_info"]["gone"] = False  # a plain close: not a link
+    rep = run(job.write(tmp_path / "plain"))
+    assert not [v for v in rep.verdicts if v.kind.value == "transport_error"]
 
 
 def test_cause_kind_is_an_enum_with_the_dumps_words() -> None:
