@@ -81,3 +81,20 @@ def test_timeout_is_judged_the_same_without_text(launcher: Any, leak_check: Any,
     job.wait(timeout=30)
     report = _same_without_text(job_dir, tmp_path, incident)
     assert [(v.kind.value, v.ranks) for v in report.verdicts if v.kind.is_fault] == [("rank_not_joined", [1])]
+
+
+@pytest.mark.slow
+def test_island_stop_is_judged_the_same_without_text(tmp_path: Path) -> None:
+    """Islands (gloo in one, hetobs in the other): rank 2 stops between ops while its island peer
+    waits for it inside Gloo (tests/test_islands_diagnosis.py's job); the wrapped library's comms
+    and the relay's native one dump 2.1 as well."""
+    pytest.importorskip("torch")
+    from test_islands_diagnosis import stopped_job
+
+    run = tmp_path / "run"
+    run.mkdir()
+    with stopped_job(run) as job:
+        job.kill()
+    report = _same_without_text(job.dir / job.job_id, tmp_path)
+    faults = [v for v in report.verdicts if v.kind.is_fault]
+    assert faults and faults[0].ranks == [2], verdict_keys(report)
