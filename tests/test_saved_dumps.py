@@ -14,6 +14,7 @@ import pytest
 
 from _blank import blank_job, verdict_keys
 from hetobs.diagnosis import Options, diagnose
+from hetobs.diagnosis.causes import parse_cause, waited_on
 
 SAVED = Path(__file__).resolve().parent / "data" / "dumps"
 CASES = sorted(p.parent for v in ("v2.0", "v2.1") for p in (SAVED / v).glob("*/fault.json"))
@@ -51,3 +52,25 @@ def test_saved_2_1_incident_is_judged_the_same_without_text(case: Path, tmp_path
     blind = tmp_path / case.name
     assert blank_job(case, blind) > 0
     assert verdict_keys(_judge(blind)) == verdict_keys(_judge(case))
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.parent.name == "v2.1"], ids=lambda p: p.name)
+def test_the_text_parsers_agree_with_the_fields_on_real_messages(case: Path) -> None:
+    """The regexes kept for older dumps (causes.py) read the runtime's real sentences as its
+    fields say: every waited-on rank of a watchdog's list, a failure's kind and culprits."""
+    checked = 0
+    for path in sorted(case.glob("incidents/*/rank-*.json")):
+        d = json.loads(path.read_text())
+        info = d["cause_info"]
+        if d["reason"] == "watchdog":
+            assert info["kind"] == "hang" and waited_on(d["cause"]) == sorted(info["culprits"]), (path, d["cause"])
+            checked += 1
+        for c in d["comms"]:
+            if not c["failed"] or c["cause_info"] is None or c["cause_info"]["kind"] == "other":
+                continue
+            parsed = parse_cause(c["cause"])
+            assert parsed is not None, c["cause"]
+            assert (parsed.kind.value, sorted(parsed.culprits)) == \
+                (c["cause_info"]["kind"], sorted(c["cause_info"]["culprits"])), (path, c["cause"], c["cause_info"])
+            checked += 1
+    assert checked, "no watchdog or error dump in the incident"
