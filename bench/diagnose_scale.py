@@ -6,8 +6,10 @@ called the last (seq 200) while the others wait in it. It is written three ways:
   rank, as a string, in every file): pickles (the only format `torchfrtrace` reads)
   and JSON (`_dump_fr_trace_json`);
 - a hetobs job directory (docs/dump-schema.md): rank metadata plus one incident,
-  200 records per rank; schema 2.0 (default): membership and ring once, in
-  comms/comm-0-<hash>.json, a hash in every file; `--format 1.0`: the lists in every file.
+  200 records per rank; schema 2.1 (default): membership and ring once, in
+  comms/comm-0-<hash>.json, a hash in every file, and the causes and waits as fields
+  (`cause_info`, `waiting_on`); `--format 2.0`: without those; `--format 1.0`: the lists in
+  every file.
 Then each tool runs as a subprocess, CLI start-up included, and the table gives wall
 time and the child's peak RSS (os.wait4). Each run's answer is checked: it must
 name the missing rank. The files are read from the page cache (just written).
@@ -113,7 +115,7 @@ STACK_WAIT = ('Current thread 0x00007f0000000001 (most recent call first):\n'
               '  File "/app/train.py", line 42 in train_step\n  File "/app/train.py", line 90 in <module>\n')
 
 
-def write_hetobs(root: Path, job: str, world: int, culprit: int, n_records: int, version: str = "2.0") -> None:
+def write_hetobs(root: Path, job: str, world: int, culprit: int, n_records: int, version: str = "2.1") -> None:
     jd = root / job
     (jd / "ranks").mkdir(parents=True)
     inc_name = f"hang-c0-s{n_records}"
@@ -130,6 +132,7 @@ def write_hetobs(root: Path, job: str, world: int, culprit: int, n_records: int,
             '{"schema": "hetobs.comm", "version": "1.0", "job": "%s", "comm_id": 0, "hash": "%s", "size": %d, '
             '"written_by": 0, "global_ranks": %s, "ring": %s}' % (job, digest, world, ranks, ranks))
         members = '"membership": {"hash": "%s", "lowest_rank": 0}' % digest
+    fields = version not in ("1.0", "2.0")  # 2.1: cause_info and waiting_on beside the sentences
     template = _entry_template(world, n_records)
     cut = template.rfind(', {"record_id"')
     short_template = template[:cut] + "]"  # the culprit never called the last op
@@ -154,11 +157,15 @@ def write_hetobs(root: Path, job: str, world: int, culprit: int, n_records: int,
                       "send": {"posted": 2, "sent": 1, "acked": 1, "done": 1},
                       "recv": {"posted": 2, "received": 0, "done": 0},
                       "last_change_ns": T0 - 400 * 10**9, "seconds_since_change": 400.0} for x in (nxt, prev)]
-            in_flight = json.dumps({
+            flight = {
                 "record_id": n_records - 1, "collective_seq_id": n_records, "p2p_seq_id": 0, "op": "all_reduce",
                 "dtype": "float32", "count": COUNT, "bytes": COUNT * 4, "root": None, "peer": None,
                 "algorithm": "ring", "state": "started", "time_created_ns": T0 - 400 * 10**9,
-                "time_discovered_started_ns": T0 - 400 * 10**9, "seconds_in_op": 400.0, "peers": peers})
+                "time_discovered_started_ns": T0 - 400 * 10**9, "seconds_in_op": 400.0, "peers": peers}
+            if fields:
+                flight["waiting_on"] = [{"rank": x, "direction": d, "posted": 2, "done": 1 if d == "send" else 0}
+                                        for x in (nxt, prev) for d in ("recv", "send")]
+            in_flight = json.dumps(flight)
             last = n_records - 1
             stack = STACK_WAIT
             entries = template.replace("-12345", str(r))
@@ -168,17 +175,23 @@ def write_hetobs(root: Path, job: str, world: int, culprit: int, n_records: int,
         links = json.dumps([{"peer": x, "global_peer": x, "transport": "tcp", "bytes_sent": 2 * COUNT * n_records,
                              "bytes_recv": 2 * COUNT * n_records, "busy_ns": 100_000 * n_records,
                              "last_activity_ns": T0 - 400 * 10**9} for x in (nxt, prev)])
+        cause_info = ""
+        if fields:
+            info = {"kind": "hang", "culprits": [nxt, prev], "reporter": r, "messengers": [], "op": "all_reduce",
+                    "seq": n_records, "peer": None, "gone": False} if r == 0 else None
+            cause_info = '"cause_info": %s, ' % json.dumps(info)
         dump = ('{"schema": "hetobs.dump", "version": "%s", "job": "%s", "incident": "%s", "rank": %d, '
                 '"world_size": %d, "host": "node%d", "pid": %d, "process_start_time": 1000, "reason": "%s", '
-                '"cause": %s, "requested_by": %s, "time_ns": %d, "heartbeat_ns": %d, "last_progress_ns": %d, '
+                '"cause": %s, %s"requested_by": %s, "time_ns": %d, "heartbeat_ns": %d, "last_progress_ns": %d, '
                 '"hang_timeout_s": 300.0, "side_channel": %s, "comms": [{"comm_id": 0, "size": %d, "rank": %d, '
                 '%s, "last_coll_seq": %d, "last_p2p_seq": 0, "failed": false, '
-                '"cause": null, "in_flight": %s, "links": %s}], "entries": %s, '
+                '"cause": null, %s"in_flight": %s, "links": %s}], "entries": %s, '
                 '"python": {"status": "ok", "stacks": %s}}'
                 % (version, job, inc_name, r, world, r // 8, 10000 + r, "watchdog" if r == 0 else "peer_request",
                    json.dumps(f"all_reduce seq {n_records} on comm 0: no progress for 400.0 s") if r == 0 else "null",
-                   "null" if r == 0 else "0", T0 + r * 1000, T0 - 10**7, T0 - 400 * 10**9, json.dumps(sc), world, r,
-                   members, last, in_flight, links, entries, json.dumps(stack)))
+                   cause_info, "null" if r == 0 else "0", T0 + r * 1000, T0 - 10**7, T0 - 400 * 10**9,
+                   json.dumps(sc), world, r, members, last, '"cause_info": null, ' if fields else "", in_flight,
+                   links, entries, json.dumps(stack)))
         (inc / f"rank-{r}.json").write_text(dump)
 
 
@@ -232,7 +245,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="64,256,1024,4096,16384")
     ap.add_argument("--torch-max", type=int, default=1024, help="largest world size to run torchfrtrace on")
     ap.add_argument("--fr-max", type=int, default=16384, help="largest world size to write Flight Recorder files for")
-    ap.add_argument("--format", default="2.0", choices=("1.0", "2.0"), help="hetobs dump schema to write")
+    ap.add_argument("--format", default="2.1", choices=("1.0", "2.0", "2.1"), help="hetobs dump schema to write")
     ap.add_argument("--records", type=int, default=200)
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     ap.add_argument("--timeout", type=float, default=900.0)

@@ -5,6 +5,11 @@ In the style of torch's test_fr_analysis.py `create_one_event(...)`: small facto
 that fill every field of docs/dump-schema.md with plausible values, and `JobSpec`,
 which builds a whole job (metadata + one incident) whose ranks are all stuck in the
 same collective, for each test to bend into its scenario before writing it out.
+
+Dumps default to the current format, 2.1 (`DUMP_VERSION`): an in-flight op carries
+`waiting_on`, derived from its peers' progress as the native core derives it. A test
+gives `cause_info` where it means the fields to speak; without it the reader falls back
+to the `cause` text, as it does for any dump that lacks the fields.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+DUMP_VERSION = "2.1"  # docs/dump-schema.md: what the runtime writes today
+RANK_VERSION = "2.0"
 T0 = 1_764_500_000_000_000_000  # wall clock of the incident, ns
 HOST_KEY = "boot-1234:4026531840"  # "this host" in tests that fake /proc
 OTHER_HOST_KEY = "boot-9999:4026530000"
@@ -54,13 +61,35 @@ def make_peer(peer: int, *, sent: int = 0, received: int = 0, posted: int = 6, s
             "last_change_ns": T0 - int(since_s * 1e9), "seconds_since_change": since_s}
 
 
+def waiting_on(peers: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`in_flight.waiting_on` (2.1) as the native core derives it: each peer and direction with
+    messages posted and not done."""
+    out = []
+    for p in peers:
+        for direction in ("recv", "send"):
+            d = p.get(direction) or {}
+            if (d.get("posted") or 0) > (d.get("done") or 0):
+                out.append({"rank": p["global_peer"], "direction": direction, "posted": d["posted"],
+                            "done": d.get("done") or 0})
+    return out
+
+
 def make_in_flight(seq: int, *, op: str = "all_reduce", peers: Iterable[dict[str, Any]] = (), seconds: float = 5.0,
                    dtype: str = "float32", count: int = 262144, root: Optional[int] = None,
                    state: str = "started") -> dict[str, Any]:
+    peers = list(peers)
     return {"record_id": seq, "collective_seq_id": seq, "p2p_seq_id": 0, "op": op, "dtype": dtype, "count": count,
             "bytes": count * 4, "root": root, "peer": None, "algorithm": "ring", "state": state,
             "time_created_ns": T0 - int(seconds * 1e9) - 1000, "time_discovered_started_ns": T0 - int(seconds * 1e9),
-            "seconds_in_op": seconds, "peers": list(peers)}
+            "seconds_in_op": seconds, "peers": peers, "waiting_on": waiting_on(peers)}
+
+
+def make_cause_info(kind: str, culprits: Iterable[int] = (), *, reporter: Optional[int] = None,
+                    messengers: Iterable[int] = (), op: Optional[str] = None, seq: Optional[int] = None,
+                    peer: Optional[int] = None, gone: bool = False) -> dict[str, Any]:
+    """`cause_info` (2.1) of a dump or a failed comm."""
+    return {"kind": kind, "culprits": list(culprits), "reporter": reporter, "messengers": list(messengers),
+            "op": op, "seq": seq, "peer": peer, "gone": gone}
 
 
 def make_comm(comm_id: int, ranks: list[int], rank: int, *, last_coll_seq: int, in_flight: Optional[dict] = None,
@@ -90,11 +119,11 @@ def make_dump(rank: int, world: int, *, incident: str = "hang-c0-s17", comms: Op
               entries: Optional[list[dict]] = None, reason: str = "peer_request", cause: Optional[str] = None,
               time_ns: int = T0, host: Optional[str] = None, pid: Optional[int] = None,
               side_channel: Optional[dict] = None, python: Optional[dict] = None, hang_timeout_s: float = 3.0,
-              job: str = "job1", version: str = "1.0") -> dict[str, Any]:
+              job: str = "job1", version: str = DUMP_VERSION, cause_info: Optional[dict] = None) -> dict[str, Any]:
     return {
         "schema": "hetobs.dump", "version": version, "job": job, "incident": incident, "rank": rank,
         "world_size": world, "host": host or f"node{rank // 2}", "pid": pid or 1000 + rank,
-        "process_start_time": 5000 + rank, "reason": reason, "cause": cause,
+        "process_start_time": 5000 + rank, "reason": reason, "cause": cause, "cause_info": cause_info,
         "requested_by": 0 if reason == "peer_request" else None, "time_ns": time_ns,
         "heartbeat_ns": time_ns - 10_000_000, "last_progress_ns": time_ns - int(hang_timeout_s * 1e9),
         "hang_timeout_s": hang_timeout_s,
@@ -109,7 +138,7 @@ def make_meta(rank: int, world: int, *, host: Optional[str] = None, host_key: st
               comms: Optional[list[dict]] = None, job: str = "job1", hang_timeout_s: float = 3.0) -> dict[str, Any]:
     ranks = list(range(world))
     return {
-        "schema": "hetobs.rank", "version": "1.0", "job": job, "rank": rank, "world_size": world,
+        "schema": "hetobs.rank", "version": RANK_VERSION, "job": job, "rank": rank, "world_size": world,
         "host": host or f"node{rank // 2}", "host_key": host_key, "pid": pid or 1000 + rank,
         "process_start_time": 5000 + rank, "start_time_ns": T0 - 60_000_000_000,
         "side_channel": {"ip": "10.0.0.1", "port": 40000 + rank},

@@ -1400,6 +1400,25 @@ def preparing_next_batch_until_killed(ctx: Ctx) -> None:
         time.sleep(3600)
 
 
+def prog_two_peer_hang(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
+    """A rank that waits on two peers at once (issue 30): 3 ranks run one all_to_all (every link
+    connected), then ranks 1 and 2 stop themselves (SIGSTOP) and rank 0 calls the next
+    all_to_all, which waits on both until the watchdog dumps and the test kills the job."""
+    import signal
+
+    comm = ctx.init()
+    x = np.arange(3 * 256, dtype=np.float32)
+    out = np.empty_like(x)
+    comm.all_to_all(out, x)
+    comm.barrier()
+    ctx.event("armed")
+    if comm.rank != 0:
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return {"rank": comm.rank, "unexpected": "resumed"}
+    comm.all_to_all(out, x)
+    return {"rank": comm.rank, "unexpected": "the all_to_all completed"}
+
+
 def prog_sleep_hang(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
     """all_reduce in a loop; rank args['culprit'] goes to sleep in Python at op args['at'] while
     the others wait in that op until the watchdog dumps and the test kills the job."""
@@ -1435,6 +1454,7 @@ PROGRAMS: dict[str, Callable[[Ctx, dict[str, Any]], dict[str, Any]]] = {
     "fuzz_target": lambda ctx, args: __import__("wire_programs").fuzz_target(ctx, args),
     "wait_chain": prog_wait_chain,
     "sleep_hang": prog_sleep_hang,
+    "two_peer_hang": prog_two_peer_hang,
     "single_copy": lambda ctx, args: __import__("single_copy_programs").run(ctx, args),  # tests/single_copy_programs.py
 }
 

@@ -150,11 +150,15 @@ def test_killed_peer_is_named_by_the_abort_fields(launcher: Any, leak_check: Any
     dumps = _error_dumps(job_dir)
     assert sorted(dumps) == [0, 2], sorted(dumps)
     for r, d in dumps.items():
-        assert d["version"] == "2.0"
+        assert d["version"] == "2.1"
         c = next(c for c in d["comms"] if c["failed"])
         a = c["abort"]
         assert (a["kind"], a["suspect"], a["deviating"]) == ("peer_closed", 1, []), a
         assert a["reporter"] in (0, 2) and (a["received_from"] is None) == (a["reporter"] == r), a
+        ci = c["cause_info"]  # 2.1: the same as data, culprits resolved, on the comm and the dump
+        assert (ci["kind"], ci["culprits"], ci["reporter"], ci["peer"]) == ("peer_closed", [1], a["reporter"], 1), ci
+        assert ci["messengers"] == ([] if a["received_from"] is None else [a["received_from"]]), ci
+        assert d["cause_info"] == ci, (d["cause_info"], ci)
     report = diagnose(Options(job_dir=job_dir))
     faults = [(v.kind.value, v.ranks, v.links) for v in report.verdicts if v.kind.is_fault]
     assert faults == [("rank_dead", [1], [])], faults
@@ -170,8 +174,10 @@ def test_mismatch_vote_is_in_the_abort_fields(launcher: Any, leak_check: Any) ->
     dumps = _error_dumps(job_dir)
     assert sorted(dumps) == [0, 1, 2], sorted(dumps)
     for d in dumps.values():
-        a = next(c for c in d["comms"] if c["failed"])["abort"]
+        c = next(c for c in d["comms"] if c["failed"])
+        a = c["abort"]
         assert (a["kind"], a["deviating"]) == ("mismatch", [2]), a
+        assert (c["cause_info"]["kind"], c["cause_info"]["culprits"]) == ("mismatch", [2]), c["cause_info"]
     report = diagnose(Options(job_dir=job_dir))
     faults = [(v.kind.value, v.ranks) for v in report.verdicts if v.kind.is_fault]
     assert faults == [("op_mismatch", [2])], faults
@@ -190,8 +196,11 @@ def test_timeout_names_the_awaited_peer_in_the_abort_fields(launcher: Any, leak_
     dumps = _error_dumps(job_dir)
     job.gate_open("release-1")
     job.wait(timeout=30)
-    a = next(c for c in dumps[0]["comms"] if c["failed"])["abort"]
+    c = next(c for c in dumps[0]["comms"] if c["failed"])
+    a = c["abort"]
     assert a == {"kind": "timeout", "reporter": 0, "suspect": 1, "received_from": None, "deviating": []}, a
+    ci = c["cause_info"]
+    assert (ci["kind"], ci["culprits"], ci["reporter"], ci["messengers"], ci["peer"]) == ("timeout", [1], 0, [], 1), ci
     faults = [(v.kind.value, v.ranks) for v in report.verdicts if v.kind.is_fault]
     assert faults == [("rank_not_joined", [1])], faults
 

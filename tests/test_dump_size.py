@@ -41,7 +41,7 @@ def test_rank0_dump_and_rank_file_do_not_grow_with_the_world(tmp_path: Path) -> 
 
     job_dir = Path(big["dump"]).parents[2]
     dump = json.loads(Path(big["dump"]).read_text())
-    assert dump["version"] == "2.0"
+    assert dump["version"] == "2.1"
     (c,) = dump["comms"]
     assert "global_ranks" not in c and "ring" not in c
     assert c["membership"]["lowest_rank"] == 0

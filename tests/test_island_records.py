@@ -160,7 +160,7 @@ def test_native_records_have_no_island(island_job: dict[str, Any]) -> None:
 
 def test_on_demand_dump_carries_island_phases_and_in_flight_phase(island_job: dict[str, Any]) -> None:
     for r, doc in enumerate(island_job["dumps"]):
-        assert doc["version"] == "2.0"
+        assert doc["version"] == "2.1"
         entries = _island_entries(doc["entries"])
         assert [e["phases"] for e in entries[:OPS]] == island_job["sent"][r]
         assert all(e["island"] == ISLANDS[r] and e["backend"] == "islands" for e in entries)

@@ -350,6 +350,12 @@ def test_hang_dumps_every_rank_into_one_incident(programs: dict[str, Path], mpi_
             assert world["last_coll_seq"] == 2 and world["in_flight"] is None
         else:
             assert world["in_flight"]["op"] == "all_reduce" and world["in_flight"]["collective_seq_id"] == 3
+            assert world["in_flight"]["waiting_on"] == []  # 2.1: MPI names no peer of a collective
+        assert d["version"] == "2.1"
+        if d["reason"] == "watchdog":  # the hang as data: what hung, who saw it; no peer to blame
+            info = d["cause_info"]
+            assert (info["kind"], info["culprits"], info["reporter"], info["op"], info["seq"]) == \
+                ("hang", [], r, "all_reduce", 3), info
     assert any(d["reason"] == "watchdog" for d in dumps.values())
 
     code, report = _diagnose(run)

@@ -347,8 +347,13 @@ def test_two_ranks_proxy_progress_hang_dumps_and_link_diagnosis(tmp_path: Path, 
         assert p["seconds_since_change"] >= 0.9
         (lk,) = c["links"]
         assert lk["bytes_sent"] > 0 and lk["bytes_recv"] > 0
+        assert {w["rank"] for w in f["waiting_on"]} <= {1 - r}, f["waiting_on"]  # 2.1: the wait as data
         if d["reason"] == "watchdog":
+            assert {w["rank"] for w in f["waiting_on"]} == {1 - r}, f["waiting_on"]
             assert "waiting on rank" in d["cause"], d["cause"]
+            info = d["cause_info"]
+            assert (info["kind"], info["culprits"], info["reporter"], info["op"], info["seq"]) == \
+                ("hang", [1 - r], r, "all_reduce", 7), info
 
     out = subprocess.run([sys.executable, "-m", "hetobs.cli", "diagnose", "--job", job, "--dir",
                           str(tmp_path / "jobs"), "--json"], capture_output=True, text=True, timeout=120)

@@ -77,7 +77,7 @@ def test_sleeping_rank_every_rank_dumps_one_incident_with_the_sleepers_stack(tmp
     assert any(d["reason"] == "watchdog" for d in inc.values())
     assert "hang detected: all_reduce seq 5 on comm 0" in "".join(r.stderr for r in runs)
     for d in inc.values():
-        assert d["schema"] == "hetobs.dump" and d["version"] == "2.0" and d["entries"]
+        assert d["schema"] == "hetobs.dump" and d["version"] == "2.1" and d["entries"]
 
 
 STOPPER = """

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .confidence import confidence
 from .matcher import few
 from .types import CommKey, Verdict, VerdictKind
 from .waits import WaitGraph
@@ -44,7 +45,7 @@ def find_deadlocks(graph: WaitGraph) -> list[Verdict]:
                   f" wait on each other (ranks {few(sorted(ranks), 6)})"
         first = graph.nodes[cycle[0]]
         out.append(Verdict(VerdictKind.DEADLOCK, sorted(ranks), summary, ev, comm=first.comm, seq=first.seq,
-                           op=first.op, confidence=0.9))
+                           op=first.op, confidence=confidence(VerdictKind.DEADLOCK, "cycle")))
     return out
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Optional
 
 from . import live
-from .causes import Cause, cause_from_abort, op_and_seq, parse_cause, waited_on
+from .causes import Cause, CauseKind, cause_from_abort, cause_from_fields, op_and_seq, parse_cause, waited_on
+from .confidence import confidence
 from .deadlock import find_deadlocks
 from .direction import orient_links
 from .frloader import load_fr
@@ -36,6 +37,7 @@ from .perf import slow_link_verdicts, straggler_verdicts
 from .progress import walk
 from .ranktable import rank_table
 from .reach import Reach, assess, verdict_for
+from .summary import RankDump
 from .transport import transport_verdicts
 from .types import CommKey, DataProblem, Options, RankState, Report, Status, Verdict, VerdictKind
 from .waits import WaitGraph, build_wait_graph
@@ -113,35 +115,57 @@ def _without_dumps(job: LoadedJob, report: Report) -> Report:
 
 
 def _causes(job: LoadedJob) -> dict[int, Cause]:
-    """Each failed rank's root cause: the native abort fields where the dump has them, else its text."""
+    """Each failed rank's root cause: its 2.1 `cause_info` fields, else the native abort fields
+    (1.1, 2.0), else its text (1.0, and comms of other libraries)."""
     out: dict[int, Cause] = {}
     for r, d in job.dumps.items():
         found: list[Optional[Cause]] = []
+        as_data = False  # a failed comm told its failure as data: the dump's own sentence adds nothing
         for v in d.comms.values():
-            if v.failed and v.abort is not None:
-                rec = next((x for x in reversed(v.recent) if x.state == "failed"), None)
-                found.append(cause_from_abort(v.abort, v.cause, rec.op if rec else None, rec.seq if rec else None))
-            elif v.failed and v.cause:
+            if not v.failed:
+                continue
+            rec = next((x for x in reversed(v.recent) if x.state == "failed"), None)
+            op, seq = (rec.op, rec.seq) if rec else (None, None)
+            if v.cause_info is not None:
+                found.append(cause_from_fields(v.cause_info, v.cause, op, seq))
+            elif v.abort is not None:
+                found.append(cause_from_abort(v.abort, v.cause, op, seq))
+            elif v.cause:
                 found.append(parse_cause(v.cause))
-        if d.reason == "error" and d.cause and not any(v.failed and v.abort is not None for v in d.comms.values()):
-            found.append(parse_cause(d.cause))
+            as_data = as_data or v.cause_info is not None or v.abort is not None
+        if d.reason == "error" and not as_data:
+            if d.cause_info is not None and d.cause_info.kind != CauseKind.HANG:
+                found.append(cause_from_fields(d.cause_info, d.cause))
+            elif d.cause_info is None and d.cause:
+                found.append(parse_cause(d.cause))
         for c in found:
-            if c is not None and (r not in out or out[r].kind in ("other", "timeout")):
+            if c is not None and (r not in out or out[r].kind in (CauseKind.OTHER, CauseKind.TIMEOUT)):
                 out[r] = c
     return out
+
+
+def _waited_on(d: RankDump) -> list[int]:
+    """The ranks a watchdog (or unexplained error) dump says this rank waited on: its 2.1 hang
+    fields, else the in-flight ops' `waiting_on`, else (older dumps) the watchdog's sentence."""
+    if d.cause_info is not None and d.cause_info.kind == CauseKind.HANG:
+        return list(d.cause_info.culprits)
+    views = [v.in_flight for v in d.comms.values() if v.in_flight is not None and v.in_flight.waits is not None]
+    if views:
+        return sorted({x for f in views for x in f.waited_ranks()})
+    return waited_on(d.cause)
 
 
 def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> None:
     causes = _causes(job)
     closed_by: dict[int, list[int]] = {}
     for r, c in causes.items():
-        if c.kind == "peer_closed" and not c.messengers:  # first-hand reports only
+        if c.kind is CauseKind.PEER_CLOSED and not c.messengers:  # first-hand reports only
             for x in c.culprits:
                 closed_by.setdefault(x, []).append(r)
     waited_by: dict[int, list[int]] = {}
     for r, d in job.dumps.items():
         if d.reason == "watchdog" or (d.reason == "error" and r not in causes):
-            for x in waited_on(d.cause):
+            for x in _waited_on(d):
                 if x != r:
                     waited_by.setdefault(x, []).append(r)
     reach = assess(job, options, closed_by, waited_by)
@@ -175,7 +199,7 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
             pending_reach.append(rc)
         elif rc.closed_by:
             add(Verdict(VerdictKind.RANK_NOT_JOINED, [r], f"rank {r} exited while its peers still needed it",
-                        rc.evidence, confidence=0.6))
+                        rc.evidence, confidence=confidence(VerdictKind.RANK_NOT_JOINED, "exited_while_needed")))
 
     # Stage 2: mismatches by majority, then who never joined (deadlocks first: they explain both sides).
     settled = _settle_mismatches(mismatch_verdicts(job, stuck), causes)
@@ -261,10 +285,10 @@ def _settle_mismatches(found: list[Verdict], causes: dict[int, Cause]) -> list[V
     text: dict[tuple[int, ...], str] = {}
     first: dict[tuple[int, ...], Cause] = {}
     for r, c in sorted(causes.items()):
-        if c.kind == "mismatch" and c.culprits and c.voted:
+        if c.kind is CauseKind.MISMATCH and c.culprits and c.voted:
             key = tuple(sorted(c.culprits))
             votes.setdefault(key, []).append(r)
-            text.setdefault(key, c.root_text)
+            text.setdefault(key, c.text())
             first.setdefault(key, c)
     if len(votes) != 1:
         return found
@@ -276,7 +300,7 @@ def _settle_mismatches(found: list[Verdict], causes: dict[int, Cause]) -> list[V
             v = Verdict(VerdictKind.OP_MISMATCH, list(deviants), f"rank{'s' if len(deviants) > 1 else ''} "
                         f"{', '.join(map(str, deviants))} called a different op at seq {v.seq} on comm {v.comm} "
                         f"than the majority", v.evidence[:-1] + [quote], comm=v.comm, seq=v.seq, op=v.op,
-                        confidence=0.8)
+                        confidence=confidence(VerdictKind.OP_MISMATCH, "vote_over_weak_records"))
         elif v.confidence >= MIN_EXCLUDE_CONFIDENCE and set(v.ranks) == set(deviants):
             v.evidence.append(quote)
         out.append(v)
@@ -284,7 +308,8 @@ def _settle_mismatches(found: list[Verdict], causes: dict[int, Cause]) -> list[V
         op, seq = _op_seq(first[deviants])
         out.append(Verdict(VerdictKind.OP_MISMATCH, list(deviants), f"rank{'s' if len(deviants) > 1 else ''} "
                            f"{', '.join(map(str, deviants))} called a different op than the majority"
-                           + (f" ({op} seq {seq})" if op else ""), [quote], seq=seq, op=op, confidence=0.7))
+                           + (f" ({op} seq {seq})" if op else ""), [quote], seq=seq, op=op,
+                           confidence=confidence(VerdictKind.OP_MISMATCH, "vote_only")))
     return out
 
 
@@ -332,12 +357,12 @@ def _timeout_verdicts(job: LoadedJob, causes: dict[int, Cause], blamed: set[int]
     texts: dict[int, str] = {}
     first: dict[int, Cause] = {}
     for r, c in sorted(causes.items()):
-        if c.kind != "timeout":
+        if c.kind is not CauseKind.TIMEOUT:
             continue
         for x in c.culprits:
             if x not in blamed and x != c.reporter:
                 votes.setdefault(x, []).append(r)
-                texts.setdefault(x, c.root_text)
+                texts.setdefault(x, c.text())
                 first.setdefault(x, c)
     out = []
     for x, by in sorted(votes.items()):
@@ -345,13 +370,14 @@ def _timeout_verdicts(job: LoadedJob, causes: dict[int, Cause], blamed: set[int]
         out.append(Verdict(VerdictKind.RANK_NOT_JOINED, [x], f"rank {x} was waited on until the op timed out"
                            + (f" ({op} seq {seq})" if op else ""),
                            [f"rank(s) {', '.join(map(str, by))} failed with: {texts[x]}"],
-                           seq=seq, op=op, confidence=0.6))
+                           seq=seq, op=op, confidence=confidence(VerdictKind.RANK_NOT_JOINED,
+                                                                 "waited_on_until_timeout")))
     return out
 
 
 def _op_seq(c: Cause) -> tuple[Optional[str], Optional[int]]:
     """The failed op: from the records where the cause came with them, else from its text (older dumps)."""
-    return (c.op, c.seq) if c.op is not None else op_and_seq(c.root_text)
+    return (c.op, c.seq) if c.op is not None or c.from_fields else op_and_seq(c.root_text)
 
 
 def _exclude_hosts(job: LoadedJob, verdicts: list[Verdict]) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .confidence import confidence
 from .job import LoadedJob
 from .summary import CommView, RelayPeer
 from .types import CommKey, Verdict, VerdictKind
@@ -202,5 +203,5 @@ def relay_link_verdicts(job: LoadedJob, stall_s: float, blamed: set[int]) -> lis
                   f"neither end moved for {v.waiting_s or 0:.1f} s (stall time {stall_s:.1f} s)"]
             out.append(Verdict(VerdictKind.LINK_STALLED, [], f"relay link {src} -> {dst} stalled: chunks rank {src} "
                                f"sent never reached rank {dst}", ev, links=[(src, dst)], comm=comm, seq=None,
-                               op="relay", confidence=0.85))
+                               op="relay", confidence=confidence(VerdictKind.LINK_STALLED, "relay_wire")))
     return out

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
+from .confidence import confidence, majority_confidence
 from .job import LoadedJob
 from .summary import CommView, OpSig
 from .types import CommKey, Verdict, VerdictKind
@@ -146,7 +147,7 @@ def where_is(job: LoadedJob, rank: int, comm: CommKey) -> str:
 
 
 def not_joined_verdict(job: LoadedJob, st: Stuck, ranks: list[int]) -> Verdict:
-    conf = 0.9 if job.source == "hetobs" else 0.8
+    conf = confidence(VerdictKind.RANK_NOT_JOINED, "native_records" if job.source == "hetobs" else "foreign_records")
     ev: list[str] = []
     if st.waiting and st.waited_s is not None:
         ev.append(f"rank(s) {few(st.waiting)} have waited for {st.waited_s:.1f} s in {st.op} seq {st.seq} "
@@ -165,7 +166,7 @@ def not_joined_verdict(job: LoadedJob, st: Stuck, ranks: list[int]) -> Verdict:
     if len(ranks) > _MAX_LINES:
         ev.append(f"... and {len(ranks) - _MAX_LINES} more rank(s) likewise")
     if len(ranks) > len(st.joined) and st.joined:
-        conf = 0.5
+        conf = confidence(VerdictKind.RANK_NOT_JOINED, "few_joined")
         ev.append(f"only {len(st.joined)} of {len(st.members)} ranks called seq {st.seq}: they may instead have "
                   f"issued a collective the others never will")
     summary = (f"rank {ranks[0]} never joined {st.op} seq {st.seq} on comm {st.comm}" if len(ranks) == 1 else
@@ -225,7 +226,7 @@ def _mismatch(comm: CommKey, seq: int, groups: dict[OpSig, list[int]]) -> Verdic
             ev.append(f"rank(s) {few(sorted(rs))} differ from the majority ({len(top)} of "
                       f"{sum(len(x) for x in groups.values())} ranks): {_differs(top_sig, sig)}")
         share = len(top) / sum(len(x) for x in groups.values())
-        conf = min(0.95, 0.5 + share / 2)
+        conf = majority_confidence(share)
         summary = (f"rank{'s' if len(deviants) > 1 else ''} {few(deviants, 4)} called a different op at seq {seq} "
                    f"on comm {comm} than the majority ({top_sig.text()})")
         return Verdict(VerdictKind.OP_MISMATCH, deviants, summary, ev, comm=comm, seq=seq, op=top_sig.op,
@@ -233,7 +234,8 @@ def _mismatch(comm: CommKey, seq: int, groups: dict[OpSig, list[int]]) -> Verdic
     everyone = sorted(r for _, rs in ranked for r in rs)
     ev.append("no op has a majority: which side deviated cannot be told from the dumps")
     return Verdict(VerdictKind.OP_MISMATCH, everyone, f"ranks disagree on the op at seq {seq} on comm {comm} "
-                   f"and no op has a majority", ev, comm=comm, seq=seq, op=None, confidence=0.3)
+                   f"and no op has a majority", ev, comm=comm, seq=seq, op=None,
+                   confidence=confidence(VerdictKind.OP_MISMATCH, "no_majority"))
 
 
 def _signatures_at(job: LoadedJob, comm: CommKey, seq: int) -> dict[OpSig, list[int]]:
@@ -327,5 +329,5 @@ def p2p_verdicts(job: LoadedJob, stall_s: float, blamed: set[int], held: set[int
         ev.append(f"rank {peer} has no matching op with them in flight; it is {where_is(job, peer, comm)}")
         out.append(Verdict(VerdictKind.RANK_NOT_JOINED, [peer], f"rank {peer} never joined the {op} rank {r} "
                            f"waits in (p2p seq {p2p}) on comm {comm}", ev, comm=comm, seq=None, op=op,
-                           confidence=0.8))
+                           confidence=confidence(VerdictKind.RANK_NOT_JOINED, "p2p_peer")))
     return out

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
+from .confidence import confidence
 from .job import LoadedJob
 from .loader import rank_ranges
 from .reach import Reach
@@ -139,4 +140,5 @@ def _verdict(job: LoadedJob, reach: dict[int, Reach], far_ranks: list[int], pair
                   f"side)")
         summary = (f"the path from rank(s) {rank_ranges(far_ranks)} (host {where}) to rank(s) {rank_ranges(nears)} "
                    f"loses packets: those ranks are cut off, not failed")
-    return Verdict(VerdictKind.LINK_STALLED, [], summary, ev, links=links, comm=pairs[0].comm, confidence=0.75)
+    return Verdict(VerdictKind.LINK_STALLED, [], summary, ev, links=links, comm=pairs[0].comm,
+                   confidence=confidence(VerdictKind.LINK_STALLED, "host_path"))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from .confidence import confidence
 from .job import LoadedJob
 from .types import CommKey, Verdict, VerdictKind
 
@@ -98,7 +99,7 @@ def _stragglers(job: LoadedJob, comm: CommKey) -> list[Verdict]:
             ev.append("ranks span several hosts: arrival times compare wall clocks across hosts")
         out.append(Verdict(VerdictKind.STRAGGLER, [r], f"rank {r} is a straggler on comm {comm}: the others wait "
                            f"~{med_late[i] * 1e3:.0f} ms for it at each collective", ev, comm=comm,
-                           seq=seqs[-1], confidence=0.7))
+                           seq=seqs[-1], confidence=confidence(VerdictKind.STRAGGLER, "arrives_late")))
     return out
 
 
@@ -124,5 +125,6 @@ def slow_link_verdicts(job: LoadedJob) -> list[Verdict]:
             ev = [f"link {src} -> {dst} ({transport}) moved {nbytes} bytes in {busy / 1e9:.3f} s busy: {gbs:.3f} GB/s",
                   f"median of {len(links)} {transport} links: {med:.3f} GB/s ({gbs / med:.0%} of it)"]
             out.append(Verdict(VerdictKind.SLOW_LINK, [], f"link {src} -> {dst} is slow: {gbs:.3f} GB/s against a "
-                               f"median {med:.3f} GB/s", ev, links=[(src, dst)], confidence=0.6))
+                               f"median {med:.3f} GB/s", ev, links=[(src, dst)],
+                               confidence=confidence(VerdictKind.SLOW_LINK, "bandwidth_outlier")))
     return out

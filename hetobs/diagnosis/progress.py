@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .confidence import confidence
 from .job import LoadedJob
 from .matcher import Stuck
 from .summary import InFlight, PeerProg
@@ -82,7 +83,8 @@ def _moved_on(job: LoadedJob, st: Stuck, ops: dict[int, InFlight], stall_s: floa
             ev.extend(_link_evidence(job, st, src, dst))
             out.append(Verdict(VerdictKind.LINK_STALLED, [], f"link {src} -> {dst} stalled: frames rank {src} sent in "
                                f"{st.op} seq {st.seq} never reached rank {dst}", ev, links=[(src, dst)],
-                               comm=st.comm, seq=st.seq, op=st.op, confidence=0.85))
+                               comm=st.comm, seq=st.seq, op=st.op,
+                               confidence=confidence(VerdictKind.LINK_STALLED, "sender_moved_on")))
             known.add((src, dst))
     return out
 
@@ -113,7 +115,7 @@ def walk(job: LoadedJob, st: Stuck, stall_s: float) -> list[Verdict]:
             ev.extend(_link_evidence(job, st, src, dst))
             out.append(Verdict(VerdictKind.LINK_STALLED, [], f"link {src} -> {dst} stalled: frames sent were never "
                                f"received", ev, links=[(src, dst)], comm=st.comm, seq=st.seq, op=st.op,
-                               confidence=0.9))
+                               confidence=confidence(VerdictKind.LINK_STALLED, "sent_not_received")))
     out.extend(_moved_on(job, st, ops, stall_s, {tuple(lk) for v in out for lk in v.links}))
     if out:
         return out
@@ -149,5 +151,6 @@ def walk(job: LoadedJob, st: Stuck, stall_s: float) -> list[Verdict]:
         for r, ev in cands:
             out.append(Verdict(VerdictKind.RANK_STALLED, [r], f"rank {r} stalled inside {st.op} seq {st.seq}: it "
                                f"received data it never sent on", ev, comm=st.comm, seq=st.seq, op=st.op,
-                               confidence=0.8 if len(cands) == 1 else 0.5))
+                               confidence=confidence(VerdictKind.RANK_STALLED,
+                                                     "one_candidate" if len(cands) == 1 else "several_candidates")))
     return out

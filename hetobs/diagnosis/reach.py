@@ -23,6 +23,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .confidence import confidence
 from .job import LoadedJob
 from .procfs import local_host_key, process_state
 from .types import Options, Verdict, VerdictKind
@@ -193,49 +194,53 @@ def verdict_for(reach: Reach, nothing_else: bool) -> Optional[Verdict]:
     if reach.state == "exited_error" and not reach.exited_after:
         if reach.exit_dt_s is not None:
             return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} exited with an error before the incident and "
-                                                       f"left no dump", ev, confidence=0.9)
+                                                       f"left no dump", ev,
+                           confidence=confidence(VerdictKind.RANK_DEAD, "exited_with_error_before"))
         if nothing_else:  # when it exited is unknown: maybe after the incident, as its victims do
             return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} exited with an error and left no dump", ev,
-                           confidence=0.5)
+                           confidence=confidence(VerdictKind.RANK_DEAD, "exited_with_error"))
         return None
     if reach.state in ("exited", "exited_error"):
         if reach.exited_after and reach.unanswered_by:
             ev.append("at the incident it answered no one although it lived on: it was stopped or stalled then")
             return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r} was unresponsive at the incident (it "
                                                                f"answered no one and left no dump)", ev,
-                           confidence=0.8 if reach.waited_by else 0.7)
+                           confidence=confidence(VerdictKind.RANK_UNRESPONSIVE, "silent_while_waited_on" if reach.waited_by else "silent"))
         return None
     if reach.state == "dead":
         if not reach.gone_at_incident and reach.alive_after:
             return None  # it lived past the incident and died later (the scheduler's kill): not a culprit
         if reach.gone_at_incident or not reach.answered_by:
-            conf = 0.95 if reach.gone_at_incident else 0.75
+            conf = confidence(VerdictKind.RANK_DEAD, "gone_at_incident" if reach.gone_at_incident else "gone_not_answered")
             return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} is dead: its process is gone and it left no dump",
                            ev, confidence=conf)
         if nothing_else:
             ev.append("it answered at the incident, so it probably died after it (e.g. killed by the scheduler); "
                       "blamed only because nothing else explains the hang")
             return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} is gone and left no dump (it may have died "
-                                                       f"after the incident)", ev, confidence=0.4)
+                                                       f"after the incident)", ev,
+                           confidence=confidence(VerdictKind.RANK_DEAD, "gone_after_answering"))
         return None
     if reach.alive_in_hang and reach.state in ("unknown", "silent"):
         return None  # seen alive in the hang, its dump still on its way: silence is no evidence against it
     if reach.state == "stopped":
-        conf = 0.95 if not reach.answered_by else 0.5
+        conf = confidence(VerdictKind.RANK_UNRESPONSIVE, "stopped" if not reach.answered_by else "stopped_after_answering")
         return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r} is stopped (SIGSTOP?): it answered no one "
                                                            f"and left no dump", ev, confidence=conf)
     if reach.state == "silent":
         return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r}'s process exists but did not dump or "
-                                                           f"answer its peers", ev, confidence=0.7)
+                                                           f"answer its peers", ev,
+                           confidence=confidence(VerdictKind.RANK_UNRESPONSIVE, "silent"))
     # unknown: another host, or no metadata
     if reach.closed_by:
         return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} closed its connections mid-op and left no dump",
-                       ev, confidence=0.8)
+                       ev, confidence=confidence(VerdictKind.RANK_DEAD, "closed_connections"))
     if reach.unanswered_by or reach.unanswered_here:
         return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r} did not answer its peers and left no dump "
                                                            f"(dead or stopped: cannot check from this host)",
-                       ev, confidence=0.7)
+                       ev, confidence=confidence(VerdictKind.RANK_UNRESPONSIVE, "silent"))
     if nothing_else and not reach.alive_after:
         return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r} left no dump; nothing else explains the "
-                                                           f"incident", ev, confidence=0.4)
+                                                           f"incident", ev,
+                           confidence=confidence(VerdictKind.RANK_UNRESPONSIVE, "nothing_else"))
     return None

@@ -18,7 +18,7 @@ from .types import CommKey
 
 __all__ = [
     "SchemaError", "OpSig", "Rec", "IslandPhases", "PeerProg", "RelayPeer", "InFlight", "LinkStat", "LinkReconnect",
-    "AbortInfo",
+    "AbortInfo", "CauseInfo", "Wait",
     "CommView",
     "RankDump", "RankMeta",
     "rec_from_entry", "dump_from_doc", "meta_from_doc", "check_schema", "op_name",
@@ -172,6 +172,15 @@ class RelayPeer(NamedTuple):
     copied_out: int   # ...copied out of staging (host->device)
 
 
+class Wait(NamedTuple):
+    """One peer an in-flight op still waits on, in one direction (dump 2.1 `in_flight.waiting_on`)."""
+
+    rank: int  # global rank
+    direction: str  # "send" | "recv"
+    posted: Optional[int]
+    done: Optional[int]
+
+
 class InFlight(NamedTuple):
     rec: Rec
     algorithm: Optional[str]
@@ -179,6 +188,15 @@ class InFlight(NamedTuple):
     peers: tuple[PeerProg, ...]
     phase: Optional[str] = None  # a hierarchical op's current phase (vendor, relay, ...), dump 1.1
     relay: tuple[RelayPeer, ...] = ()  # a relay op's chunks per peer and stage, dump 1.1
+    waits: Optional[tuple[Wait, ...]] = None  # dump 2.1 `waiting_on`; None: the dump predates it
+
+    def waited_ranks(self) -> list[int]:
+        """The distinct ranks of `waits`, in the dump's order ([] when there are none or none are known)."""
+        out: list[int] = []
+        for w in self.waits or ():
+            if w.rank not in out:
+                out.append(w.rank)
+        return out
 
     def peer(self, global_peer: int) -> Optional[PeerProg]:
         for p in self.peers:
@@ -260,6 +278,38 @@ class AbortInfo(NamedTuple):
     deviating: tuple[int, ...]  # mismatch: the deviants the ranks' majority vote named
 
 
+class CauseInfo(NamedTuple):
+    """`cause_info` (dump 2.1, on the dump and on each failed comm): a failure or hang as data.
+
+    The kind is kept as written (causes.py maps it onto its `CauseKind`); ranks are global."""
+
+    kind: str  # hang | peer_closed | transport | mismatch | timeout | other
+    culprits: tuple[int, ...]
+    reporter: Optional[int]
+    messengers: tuple[int, ...]
+    op: Optional[str]
+    seq: Optional[int]
+    peer: Optional[int]
+    gone: bool = False  # first-hand: `peer`'s listener refused every redial
+
+
+def _cause_info(c: Any) -> Optional[CauseInfo]:
+    if type(c) is not dict or type(c.get("kind")) is not str:
+        return None
+    return CauseInfo(c["kind"], _ranks(c.get("culprits")), _int(c.get("reporter")), _ranks(c.get("messengers")),
+                     _str(c.get("op")), _int(c.get("seq")), _int(c.get("peer")), c.get("gone") is True)
+
+
+def _waits(v: Any) -> Optional[tuple[Wait, ...]]:
+    if not isinstance(v, list):
+        return None
+    out = []
+    for w in v:
+        if type(w) is dict and _int(w.get("rank")) is not None and w.get("direction") in ("send", "recv"):
+            out.append(Wait(w["rank"], w["direction"], _int(w.get("posted")), _int(w.get("done"))))
+    return tuple(out)
+
+
 def _abort(a: Any) -> Optional[AbortInfo]:
     if not isinstance(a, dict) or not isinstance(a.get("kind"), str):
         return None
@@ -282,6 +332,7 @@ class CommView:
     failed: bool = False
     cause: Optional[str] = None
     abort: Optional[AbortInfo] = None
+    cause_info: Optional[CauseInfo] = None  # dump 2.1: the failure as data (None: not failed, or older)
     in_flight: Optional[InFlight] = None
     links: tuple[LinkStat, ...] = ()
     recent: list[Rec] = field(default_factory=list)  # last few records, oldest first
@@ -320,6 +371,7 @@ class RankDump:
     process_start_time: Optional[int] = None
     reason: Optional[str] = None
     cause: Optional[str] = None
+    cause_info: Optional[CauseInfo] = None  # dump 2.1: the cause as data (watchdog and error dumps)
     requested_by: Optional[int] = None
     time_ns: Optional[int] = None
     heartbeat_ns: Optional[int] = None
@@ -422,7 +474,7 @@ def _in_flight(f: Any) -> Optional[InFlight]:
         rec = rec._replace(started_ns=_int(f.get("time_created_ns")) or None)
     peers = tuple(pp for pp in (_peer_prog(p) for p in _list(f.get("peers")) if isinstance(p, dict)) if pp)
     return InFlight(rec, _str(f.get("algorithm")), _num(f.get("seconds_in_op")), peers, _str(f.get("phase")),
-                    _relay(f.get("relay")))
+                    _relay(f.get("relay")), _waits(f.get("waiting_on")))
 
 
 def _relay(r: Any) -> tuple[RelayPeer, ...]:
@@ -466,6 +518,7 @@ def _comm_view(c: dict[str, Any]) -> Optional[CommView]:
         ring=ring if isinstance(ring, tuple) else (_ranks(ring) or None),
         last_seq=_int(c.get("last_coll_seq")), last_p2p_seq=_int(c.get("last_p2p_seq")),
         failed=bool(c.get("failed")), cause=_str(c.get("cause")), abort=_abort(c.get("abort")),
+        cause_info=_cause_info(c.get("cause_info")),
         in_flight=_in_flight(c.get("in_flight")), links=tuple(links),
         backend=_str(c.get("backend")), name=_str(c.get("name")), island=_str(c.get("island")),
         membership_hash=_membership_hash(c), comm_rank=_int(c.get("rank")),
@@ -486,7 +539,8 @@ def dump_from_doc(doc: dict[str, Any], records: list[dict[str, Any]], path: str,
     d = RankDump(
         rank=rank, path=path, host=_str(doc.get("host")), pid=_int(doc.get("pid")),
         process_start_time=_int(doc.get("process_start_time")), reason=_str(doc.get("reason")),
-        cause=_str(doc.get("cause")), requested_by=_int(doc.get("requested_by")), time_ns=_int(doc.get("time_ns")),
+        cause=_str(doc.get("cause")), cause_info=_cause_info(doc.get("cause_info")),
+        requested_by=_int(doc.get("requested_by")), time_ns=_int(doc.get("time_ns")),
         heartbeat_ns=_int(doc.get("heartbeat_ns")), last_progress_ns=_int(doc.get("last_progress_ns")),
         hang_timeout_s=_num(doc.get("hang_timeout_s")), asked=_ranks(sc.get("asked")),
         answered=_ranks(sc.get("answered")), unanswered=_ranks(sc.get("unanswered")),

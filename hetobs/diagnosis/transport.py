@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .causes import Cause
+from .causes import GONE_CLAIM, Cause, CauseKind
+from .confidence import confidence
 from .direction import links_to
 from .job import LoadedJob
 from .summary import CommView, LinkReconnect
@@ -28,8 +29,6 @@ from .types import CommKey, Verdict, VerdictKind
 
 __all__ = ["transport_verdicts", "GONE_CLAIM"]
 
-# The native core's words for a peer whose listener refused every dial (reconnect.cc gonePeer).
-GONE_CLAIM = "is gone: its listener at"
 _REFUSED = "refused"  # "Connection refused" / "refuses connections" in an attempt's error
 _THROUGHOUT = "refused throughout"  # connect_retry.cc: every attempt of the refusal window was refused
 _REFUSED_WINDOW_S = 1.5  # reconnect.cc kRefusedForNs: how long refusals last before a peer counts as gone
@@ -84,7 +83,7 @@ def _is_report(c: Cause) -> bool:
     """A first-hand report that names a link: a transport failure, or a peer called gone."""
     if c.messengers:
         return False  # forwarded news names no link of the forwarding rank
-    return c.kind == "transport" or (c.kind == "peer_closed" and GONE_CLAIM in c.root_text)
+    return c.kind is CauseKind.TRANSPORT or (c.kind is CauseKind.PEER_CLOSED and c.says_gone())
 
 
 def transport_verdicts(job: LoadedJob, causes: dict[int, Cause], blamed: set[int]) -> list[Verdict]:
@@ -97,7 +96,7 @@ def transport_verdicts(job: LoadedJob, causes: dict[int, Cause], blamed: set[int
             if peer == r or peer in blamed or r in blamed or peer not in job.dumps:
                 continue  # a peer without a dump may really be gone: reachability judges it
             theirs = causes.get(peer)
-            if theirs is not None and theirs.kind not in ("transport", "other", "peer_closed"):
+            if theirs is not None and theirs.kind not in (CauseKind.TRANSPORT, CauseKind.OTHER, CauseKind.PEER_CLOSED):
                 continue  # the peer failed for its own reason first
             pair = (min(r, peer), max(r, peer))
             if pair in seen:
@@ -125,11 +124,12 @@ def _verdict(job: LoadedJob, r: int, peer: int, c: Cause, theirs: Optional[Cause
                                                "loses packets cannot be told from the ends")
     else:
         links, way = [(r, peer)], "the ends kept no reconnect records to tell the direction by"
-    evidence = [f"rank {r} reported: {c.root_text}"]
-    if theirs is not None and theirs.root_text:
-        evidence.append(f"rank {peer} reported: {theirs.root_text}")
+    evidence = [f"rank {r} reported: {c.text()}"]
+    if theirs is not None:
+        evidence.append(f"rank {peer} reported: {theirs.text()}")
     evidence.append(f"rank {peer} left a dump of this incident: it was alive, so the link failed, not the rank")
     evidence += _quote(r, peer, mine) + _quote(peer, r, other)
     return Verdict(VerdictKind.TRANSPORT_ERROR, [],
                    f"the link between ranks {r} and {peer} broke and could not be re-made while both were alive: {way}",
-                   evidence, links=links, comm=comm, seq=c.seq, op=c.op, confidence=0.75)
+                   evidence, links=links, comm=comm, seq=c.seq, op=c.op,
+                   confidence=confidence(VerdictKind.TRANSPORT_ERROR, "link_broke_both_alive"))

@@ -29,6 +29,7 @@ import dataclasses
 import statistics
 from typing import Optional
 
+from .confidence import confidence
 from .job import LoadedJob
 from .perf import straggler_verdicts
 from .summary import TcpHealth
@@ -140,5 +141,5 @@ def _slow_links(job: LoadedJob, window_s: float) -> list[Verdict]:
         what = f"{rate[p] / 1e6:.2f} MB/s delivered" if p in by_rate else f"rtt {rtt_ms[p]:.1f} ms"
         out.append(Verdict(VerdictKind.SLOW_LINK, [], f"link {src} -> {dst} is slow: {what}, far from the best "
                            f"link ({best_rate / 1e6:.0f} MB/s, rtt {best:.2f} ms)", ev, links=[(src, dst)],
-                           confidence=0.6))
+                           confidence=confidence(VerdictKind.SLOW_LINK, "tcp_outlier")))
     return out

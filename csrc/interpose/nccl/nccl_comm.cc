@@ -42,16 +42,22 @@ stats::LinkStats* NcclComm::link(int peer) {
 
 bool NcclComm::inFlight(InFlight* out) const {
   if (!ExternalComm::inFlight(out)) return false;
+  // The profiler's per-peer progress, where it has any, says more than the op's own peer.
+  std::vector<WaitedPeer> waits;
+  std::string text;
   for (size_t i = 0; i < global_.size(); ++i) {
     const stats::LinkStats* l = links_[i].load(std::memory_order_acquire);
     if (!l) continue;
     const PeerProgress& p = l->progress;
     int64_t t = p.last_change_ns.load(std::memory_order_relaxed);
     if (t > out->last_progress_ns) out->last_progress_ns = t;
-    bool waiting = p.recv_posted.load(std::memory_order_relaxed) > p.recv_done.load(std::memory_order_relaxed) ||
-                   p.send_posted.load(std::memory_order_relaxed) > p.send_done.load(std::memory_order_relaxed);
-    if (waiting)
-      out->waiting_on += (out->waiting_on.empty() ? "rank " : ", rank ") + std::to_string(global_[i]);
+    size_t before = waits.size();
+    addWaits(&waits, global_[i], p);
+    if (waits.size() > before) text += (text.empty() ? "rank " : ", rank ") + std::to_string(global_[i]);
+  }
+  if (!waits.empty()) {
+    out->waits = std::move(waits);
+    out->waiting_on = std::move(text);
   }
   return true;
 }

@@ -174,6 +174,11 @@ void errorDump(NcclComm& c, ncclResult_t err) {
   req.cause = strFormat("%s seq %llu on comm %llu failed: NCCL reports %s", opName(OpKind(r.op)),
                         (unsigned long long)(p2p ? r.p2p_seq : r.coll_seq), (unsigned long long)c.id(),
                         ncclErrorString(err));
+  // NCCL names no culprit: the fields say what failed and who saw it.
+  req.cause_info.kind = "other";
+  req.cause_info.reporter = rt->config().rank;
+  req.cause_info.op = opName(OpKind(r.op));
+  req.cause_info.seq = int64_t(p2p ? r.p2p_seq : r.coll_seq);
   req.ask_peers = true;
   HETOBS_WARN("%s; dumping incident %s", req.cause.c_str(), req.incident.c_str());
   rt->dump(req);

@@ -5,6 +5,7 @@
 #include "hetobs/collectives/algorithm.h"
 #include "hetobs/comm/endpoint.h"
 #include "hetobs/observe/runtime.h"
+#include "hetobs/observe/state_json.h"
 #include "hetobs/stats/op_stats.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/error.h"
@@ -100,13 +101,15 @@ bool Communicator::inFlightLocked(InFlight* out) const {
   out->start_ns = inflightStart_.load(std::memory_order_relaxed);
   out->last_progress_ns = out->start_ns;
   out->waiting_on.clear();
+  out->waits.clear();
   for (const auto& ch : channels_) {
     if (!ch) continue;
     auto& p = const_cast<Channel&>(*ch).progress();
     int64_t t = p.last_change_ns.load(std::memory_order_relaxed);
     if (t > out->last_progress_ns) out->last_progress_ns = t;
-    bool waiting = p.recv_posted.load() > p.recv_done.load() || p.send_posted.load() > p.send_done.load();
-    if (waiting) out->waiting_on += (out->waiting_on.empty() ? "" : ", ") + ch->peer().describe();
+    size_t before = out->waits.size();
+    addWaits(&out->waits, worldRanks()[size_t(ch->peer().rank)], p);
+    if (out->waits.size() > before) out->waiting_on += (out->waiting_on.empty() ? "" : ", ") + ch->peer().describe();
   }
   return true;
 }
@@ -125,6 +128,7 @@ void Communicator::reportFailure(const std::string& msg, uint64_t seq) {
   if (isP2P(desc_.op)) req.incident += "-r" + std::to_string(global_[size_t(rank_)]);
   req.reason = "error";
   req.cause = msg;
+  req.cause_info = causeInfo(seq);
   req.ask_peers = true;
   if (gonePeer_ >= 0) req.known_gone.push_back(global_[size_t(gonePeer_)]);
   rt->dump(req);

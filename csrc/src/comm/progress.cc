@@ -370,9 +370,11 @@ void Communicator::pollAllControl() {
 void Communicator::timeoutError(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr) {
   std::string waiting;
   waitedPeer_ = -1;
+  timedOutOn_.clear();
   int64_t now = monoNs();
   auto add = [&](int peer, const char* what, size_t got, size_t len) {
     if (waitedPeer_ < 0) waitedPeer_ = peer;
+    if (std::find(timedOutOn_.begin(), timedOutOn_.end(), peer) == timedOutOn_.end()) timedOutOn_.push_back(peer);
     auto& ch = channels_[size_t(peer)];
     int64_t last = ch->progress().last_change_ns.load();
     waiting += strFormat("%s%s %s (%zu of %zu bytes; %s)", waiting.empty() ? "" : "; ", what,
@@ -463,6 +465,7 @@ void Communicator::failWith(const AbortNotice& n, const std::string& msg, int fr
   cause_ = msg;
   failure_ = n;
   failureFrom_ = from;
+  failedSeq_ = desc_.seq;
   failed_.store(true);
   endpoint_->listener().markClosed(id_);  // a peer cut off from the abort notice hears "closed" if it redials
   abortPeers(n);
@@ -505,6 +508,7 @@ void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, c
                             : "op mismatch";
   mine.origin = notice ? notice->origin : rank_;
   failure_ = mine;
+  failedSeq_ = seq;
   if (notice) failure_.suspect = notice->suspect;
   failureFrom_ = notice ? notice->reporter : -1;
   failed_.store(true);

@@ -74,6 +74,7 @@ void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
   else w.nullField("cause");
   if (failed) writeFailure(w);
   else w.nullField("abort");
+  writeCauseInfo(w, "cause_info", failed ? causeInfo(failedSeq_) : CauseInfo{});
   InFlight f;
   OpRecord r{};
   bool running = inFlightLocked(&f) && Recorder::instance().get(f.record_id, &r);
@@ -92,6 +93,7 @@ void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
         writePeerProgress(w, ch->peer().rank, worldRanks()[size_t(ch->peer().rank)], ch->kind(),
                           const_cast<Channel&>(*ch).progress(), nowMono);
     w.endArray();
+    writeWaitingOn(w, f.waits);
     if (OpKind(r.op) == OpKind::kRelay) writeRelayState(w);
     w.endObject();
   } else {
@@ -110,6 +112,33 @@ void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
     }
   w.endArray();
   w.endObject();
+}
+
+CauseInfo Communicator::causeInfo(uint64_t seq) const {
+  const auto& world = worldRanks();
+  auto global = [&](int r) { return r >= 0 && size_t(r) < world.size() ? world[size_t(r)] : -1; };
+  CauseInfo c;
+  c.kind = abortKindName(failure_.kind);
+  c.reporter = global(failure_.origin);
+  if (failureFrom_ >= 0) c.messengers.push_back(global(failureFrom_));
+  int suspect = global(failure_.suspect);
+  if (failure_.kind == AbortKind::kMismatch) {
+    // Only the ranks' vote names deviants; the suspect is one rank's view (no vote: nobody).
+    if (voted_.load(std::memory_order_acquire)) c.culprits = deviating_;
+  } else if (failure_.kind == AbortKind::kTimeout && failureFrom_ < 0 && !timedOutOn_.empty()) {
+    for (int p : timedOutOn_) c.culprits.push_back(global(p));  // first-hand: every peer it waited on
+  } else if (failure_.kind == AbortKind::kOther && failureFrom_ >= 0 && c.reporter >= 0) {
+    c.culprits.push_back(c.reporter);  // a peer failed for its own reason and told us
+  } else if (suspect >= 0 && suspect != c.reporter) {
+    c.culprits.push_back(suspect);
+  }
+  OpDesc d = desc_;
+  if (!isP2P(d.op) && seq != d.seq && history_[seq % kHistory].seq == seq) d = history_[seq % kHistory];
+  c.op = opName(d.op);
+  c.seq = int64_t(seq);
+  c.peer = suspect;
+  c.gone = failureFrom_ < 0 && gonePeer_ >= 0 && gonePeer_ == failure_.suspect;
+  return c;
 }
 
 // comms[].abort: the failure as data (docs/dump-schema.md), in global ranks.

@@ -163,11 +163,12 @@ std::string Runtime::dump(const DumpRequest& asked) {
     int64_t nowWall = wallNs();
     JsonWriter w;
     w.beginObject();
-    w.field("schema", "hetobs.dump").field("version", "2.0");
+    w.field("schema", "hetobs.dump").field("version", "2.1");
     w.field("job", cfg_.job).field("incident", req.incident).field("rank", cfg_.rank);
     w.field("world_size", cfg_.world_size).field("host", host_).field("pid", int(getpid()));
     w.field("process_start_time", stats_->header()->process_start_ticks);
     w.field("reason", req.reason).field("cause", req.cause);
+    writeCauseInfo(w, "cause_info", req.cause_info);  // 2.1: the cause as data
     if (req.requested_by >= 0) w.field("requested_by", req.requested_by);
     else w.nullField("requested_by");
     w.field("time_ns", nowWall);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "hetobs/common/clock.h"
+#include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
 #include "hetobs/observe/runtime.h"
 #include "hetobs/observe/state_json.h"
@@ -108,6 +109,7 @@ uint64_t ExternalComm::begin(const ExternalOp& o) {
       s.start_ns.store(now, std::memory_order_relaxed);
       s.bytes.store(o.bytes, std::memory_order_relaxed);
       s.op.store(uint8_t(o.op), std::memory_order_relaxed);
+      s.peer.store(p2p ? o.root_or_peer : -1, std::memory_order_relaxed);
       s.phase.store(uint8_t(IslandPhase::kNone), std::memory_order_relaxed);
       s.phase_ns.store(now, std::memory_order_relaxed);
       watched_.fetch_add(1, std::memory_order_relaxed);
@@ -186,6 +188,15 @@ bool ExternalComm::inFlight(InFlight* out) const {
       // A vendor library tells us no finer progress than a hierarchical op's phase changes.
       out->last_progress_ns = std::max(start, s.phase_ns.load(std::memory_order_relaxed));
       out->waiting_on.clear();
+      out->waits.clear();
+      // A vendor library tells us nothing per peer; a point-to-point op names its one peer.
+      uint8_t op = s.op.load(std::memory_order_relaxed);
+      int peer = s.peer.load(std::memory_order_relaxed);
+      if (isP2P(OpKind(op)) && peer >= 0 && size_t(peer) < global_.size()) {
+        bool send = OpKind(op) == OpKind::kSend;
+        out->waits.push_back(WaitedPeer{global_[size_t(peer)], send, 1, 0});
+        out->waiting_on = strFormat("rank %d", global_[size_t(peer)]);
+      }
       any = true;
     }
   }
@@ -219,6 +230,7 @@ void ExternalComm::writeState(JsonWriter& w, int64_t nowMono) const {
   w.field("last_coll_seq", collSeq_.load()).field("last_p2p_seq", p2pSeq_.load());
   w.field("failed", cstats_ && __atomic_load_n(&cstats_->failed, __ATOMIC_RELAXED) != 0).nullField("cause");
   w.nullField("abort");  // no abort notices outside the native transport
+  w.nullField("cause_info");
   InFlight f;
   OpRecord r{};
   if (inFlight(&f) && Recorder::instance().get(f.record_id, &r)) {
@@ -229,6 +241,7 @@ void ExternalComm::writeState(JsonWriter& w, int64_t nowMono) const {
     if (island_[0] || phase != IslandPhase::kNone) w.field("phase", islandPhaseName(phase));
     w.key("peers");
     writePeers(w, nowMono);
+    writeWaitingOn(w, f.waits);
     w.endObject();
   } else {
     w.nullField("in_flight");

@@ -96,6 +96,7 @@ void Runtime::takeJoin(DumpRequest* req) {
   if (req->reason == "peer_request") {  // this rank saw the hang itself: say what it saw
     req->reason = own.reason;
     req->cause = own.cause;
+    req->cause_info = own.cause_info;
   }
   req->hang_detected_ns = own.hang_detected_ns;
   req->start_asks = own.start_asks;

@@ -94,6 +94,54 @@ void writeRankList(JsonWriter& w, const char* key, const std::vector<int>& ranks
   w.endArray();
 }
 
+void writeCauseInfo(JsonWriter& w, const char* key, const CauseInfo& c) {
+  if (c.empty()) {
+    w.nullField(key);
+    return;
+  }
+  auto rankOrNull = [&](const char* k, int r) {
+    if (r >= 0) w.field(k, r);
+    else w.nullField(k);
+  };
+  w.key(key).beginObject();
+  w.field("kind", c.kind);
+  writeRankList(w, "culprits", c.culprits);
+  rankOrNull("reporter", c.reporter);
+  writeRankList(w, "messengers", c.messengers);
+  if (!c.op.empty()) w.field("op", c.op);
+  else w.nullField("op");
+  if (c.seq >= 0) w.field("seq", c.seq);
+  else w.nullField("seq");
+  rankOrNull("peer", c.peer);
+  w.field("gone", c.gone);
+  w.endObject();
+}
+
+void writeWaitingOn(JsonWriter& w, const std::vector<WaitedPeer>& waits) {
+  w.key("waiting_on").beginArray();
+  for (const WaitedPeer& x : waits) {
+    w.beginObject();
+    w.field("rank", x.rank).field("direction", x.send ? "send" : "recv");
+    w.field("posted", x.posted).field("done", x.done);
+    w.endObject();
+  }
+  w.endArray();
+}
+
+void addWaits(std::vector<WaitedPeer>* out, int globalRank, const PeerProgress& p) {
+  uint64_t rp = p.recv_posted.load(std::memory_order_relaxed), rd = p.recv_done.load(std::memory_order_relaxed);
+  uint64_t sp = p.send_posted.load(std::memory_order_relaxed), sd = p.send_done.load(std::memory_order_relaxed);
+  if (rp > rd) out->push_back(WaitedPeer{globalRank, false, rp, rd});
+  if (sp > sd) out->push_back(WaitedPeer{globalRank, true, sp, sd});
+}
+
+std::vector<int> waitedRanks(const std::vector<WaitedPeer>& waits) {
+  std::vector<int> out;
+  for (const WaitedPeer& x : waits)
+    if (std::find(out.begin(), out.end(), x.rank) == out.end()) out.push_back(x.rank);
+  return out;
+}
+
 void writeWallTimeOrNull(JsonWriter& w, const char* key, int64_t monoNs) {
   if (monoNs) w.field(key, monoToWallNs(monoNs));
   else w.nullField(key);

@@ -12,6 +12,7 @@
 #include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
 #include "hetobs/observe/runtime.h"
+#include "hetobs/observe/state_json.h"
 #include "hetobs/record/recorder.h"
 
 namespace hetobs {
@@ -96,6 +97,12 @@ void Runtime::checkHangs() {
     req.incident = incident;
     req.reason = "watchdog";
     req.cause = what;
+    req.cause_info.kind = "hang";
+    req.cause_info.culprits = waitedRanks(f.waits);
+    req.cause_info.reporter = cfg_.rank;
+    req.cause_info.op = opName(OpKind(r.op));
+    req.cause_info.seq = int64_t(p2p ? r.p2p_seq : r.coll_seq);
+    if (p2p && f.waits.size() == 1) req.cause_info.peer = f.waits[0].rank;
     req.ask_peers = true;
     req.hang_detected_ns = wallNs();
     // A collective's hang is seen by many ranks at once: they join one spread. A p2p

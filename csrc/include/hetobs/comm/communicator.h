@@ -25,6 +25,7 @@
 #include "hetobs/common/json.h"
 #include "hetobs/stats/layout.h"
 #include "hetobs/comm/work.h"
+#include "hetobs/observe/cause_info.h"
 #include "hetobs/observe/observed.h"
 #include "hetobs/common/wire.h"
 #include "hetobs/transport/channel.h"
@@ -222,6 +223,9 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   void statsBegin(uint64_t rid, const OpDesc& d, int64_t startMono);
   void statsEnd(const OpDesc& d, uint64_t bytes, int64_t startMono, int64_t endMono, bool ok);
   void reportFailure(const std::string& msg, uint64_t seq);  // error dump + ask peers, before the throw
+  // The failure as data (dump 2.1 cause_info, global ranks): what comms[].abort says, with the
+  // culprits resolved (the vote's deviants, every peer a timeout waited on, the other end).
+  CauseInfo causeInfo(uint64_t seq) const;
 
   std::atomic<bool> abortRequested_{false};
   std::string abortWhy_;
@@ -234,10 +238,12 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   // the vote's deviants (global ranks) only once voted_ is set.
   AbortNotice failure_;
   int failureFrom_ = -1;
+  uint64_t failedSeq_ = 0;  // the seq of the op that failed (a mismatch: the seq voted on)
   std::vector<RemoteAbort> deferredMismatch_;  // deferLaterMismatch's notices, oldest first
   std::vector<int> deviating_;
   std::atomic<bool> voted_{false};
   int waitedPeer_ = -1;  // a peer the op still waited on when it timed out
+  std::vector<int> timedOutOn_;  // every peer (comm rank) it still waited on then, first-hand
   int gonePeer_ = -1;    // a peer whose process is gone, as the failure found (PeerError::gone)
   std::atomic<bool> closed_{false};
 

@@ -75,6 +75,7 @@ class ExternalComm : public Observed, public std::enable_shared_from_this<Extern
     std::atomic<int64_t> start_ns{0};
     std::atomic<uint64_t> bytes{0};
     std::atomic<uint8_t> op{0};
+    std::atomic<int32_t> peer{-1};        // a point-to-point op's peer (comm rank), else -1
     std::atomic<uint8_t> phase{0};        // IslandPhase
     std::atomic<int64_t> phase_ns{0};     // monotonic time of the last phase change
   };

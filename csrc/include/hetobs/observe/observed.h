@@ -4,10 +4,19 @@
 // (Gloo, NCCL, MPI) whose ops are recorded from outside.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "hetobs/common/json.h"
 
 namespace hetobs {
+
+// One peer an op in flight still waits on, in one direction (dump 2.1 "waiting_on"):
+// messages posted toward it (or from it) that are not done.
+struct WaitedPeer {
+  int rank;        // global rank
+  bool send;       // direction: true = this rank still sends to it, false = still receives from it
+  uint64_t posted, done;
+};
 
 class Observed {
  public:
@@ -17,7 +26,8 @@ class Observed {
     uint64_t record_id;
     int64_t start_ns;          // monotonic
     int64_t last_progress_ns;  // monotonic: op start or the latest per-peer change
-    std::string waiting_on;    // peers with unfinished messages, if known
+    std::string waiting_on;    // peers with unfinished messages, if known (text for people)
+    std::vector<WaitedPeer> waits;  // the same as data, one element per peer and direction
   };
   virtual uint64_t observedId() const = 0;
   // The oldest running op, if any. Any thread.

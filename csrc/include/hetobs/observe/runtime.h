@@ -22,6 +22,7 @@
 
 #include "hetobs/bootstrap/card.h"
 #include "hetobs/observe/bw_log.h"
+#include "hetobs/observe/cause_info.h"
 #include "hetobs/observe/dump_tree.h"
 #include "hetobs/observe/job_dir.h"
 #include "hetobs/stats/segment.h"
@@ -54,7 +55,8 @@ struct PeerAnswers {
 struct DumpRequest {
   std::string incident;
   std::string reason;     // watchdog | peer_request | signal | on_demand | error
-  std::string cause;
+  std::string cause;      // for people
+  CauseInfo cause_info;   // the same as data (dump 2.1); empty for requests that report no failure
   int requested_by = -1;
   bool ask_peers = false;  // also spread the request to every other rank (dump_tree.h)
   // The spread this request belongs to: started by `origin` (-1: none), this rank asked for

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "hetobs/common/json.h"
+#include "hetobs/observe/cause_info.h"
+#include "hetobs/observe/observed.h"
 #include "hetobs/record/link_health.h"
 #include "hetobs/record/op_record.h"
 #include "hetobs/record/progress.h"
@@ -15,6 +17,15 @@ namespace hetobs {
 struct ReconnectHistory;  // transport/channel.h
 
 void writeRankList(JsonWriter& w, const char* key, const std::vector<int>& ranks);
+// `key`: the cause as data ({kind, culprits, reporter, messengers, op, seq, peer, gone}), or null
+// when it is empty (dump 2.1).
+void writeCauseInfo(JsonWriter& w, const char* key, const CauseInfo& c);
+// An in-flight op's "waiting_on" (dump 2.1): [{rank, direction, posted, done}], global ranks.
+void writeWaitingOn(JsonWriter& w, const std::vector<WaitedPeer>& waits);
+// Append to `out` each direction of `p` with messages posted and not done (peer `globalRank`).
+void addWaits(std::vector<WaitedPeer>* out, int globalRank, const PeerProgress& p);
+// The distinct ranks of `waits`, in order of first appearance.
+std::vector<int> waitedRanks(const std::vector<WaitedPeer>& waits);
 void writeWallTimeOrNull(JsonWriter& w, const char* key, int64_t monoNs);
 // The fields of an "in_flight" object that come from its op record (the caller opens the
 // object and adds "peers").
