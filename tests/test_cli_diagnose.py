@@ -71,7 +71,7 @@ def test_no_data_exit_3(tmp_path: Path) -> None:
     r = runner.invoke(app, ["diagnose", "--job", "missing", "--dir", str(tmp_path), "--json"])
     assert r.exit_code == 3
     assert json.loads(r.stdout)["status"] == "no_data"
-    assert "no usable data: job directory does not exist" in r.stderr
+    assert f"no usable data: {tmp_path / 'missing'}: job directory does not exist" in r.stderr  # names it
 
 
 @pytest.mark.parametrize("args", [
