@@ -22,6 +22,11 @@ _log = logging.getLogger("hetobs")
 
 
 def _register() -> None:
+    pkg = sys.modules.get(f"{__package__}.torch")
+    if pkg is not None and not hasattr(pkg, "register"):
+        # `import hetobs.torch` first: its own import of torch.distributed lands here while it is
+        # half made; it registers the backends itself once it is whole (end of its __init__).
+        return
     try:
         from .torch import register
 

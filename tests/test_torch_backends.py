@@ -354,3 +354,32 @@ def test_the_gloo_wrapper_names_itself_to_torch() -> None:
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "BACKEND hetobs_gloo hetobs_gloo" in run.stdout.splitlines(), run.stdout
+
+
+@pytest.mark.parametrize("imports", ["import hetobs", "import hetobs.torch", "import torch.distributed; import hetobs",
+                                     "from hetobs.torch import wrap"])
+def test_the_backends_are_registered_whatever_is_imported_first(imports: str) -> None:
+    """`import hetobs.torch` first once left every hetobs backend unregistered: its own import of
+    torch.distributed ran the registration hook while the package was half made."""
+    code = f"{imports}\nimport torch.distributed as dist\nprint(sorted(dist.Backend._plugins))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "could not register" not in run.stderr, run.stderr[-2000:]
+    assert run.stdout.split("\n")[0] == str(["HETOBS", "HETOBS_GLOO", "HETOBS_ISLANDS", "HETOBS_NCCL"]), run.stdout
+
+
+MONITORED_ON_WRAPPED = """
+import datetime, hetobs.torch, torch.distributed as dist
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+w = hetobs.torch.wrap(dist.group.WORLD)
+dist.monitored_barrier(group=w, timeout=datetime.timedelta(seconds=30))
+print("MONITORED", dist.get_backend(w))
+"""
+
+
+def test_a_wrapped_gloo_group_keeps_torchs_monitored_barrier() -> None:
+    """torch refuses dist.monitored_barrier for every backend not named "gloo" (so for "hetobs_gloo");
+    a Gloo group wrapped with hetobs.torch.wrap keeps its name and the barrier (docs/conformance.md)."""
+    run = subprocess.run([sys.executable, "-c", MONITORED_ON_WRAPPED], env={**os.environ, "HETOBS_DEBUG": "ERROR"},
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "MONITORED gloo" in run.stdout.splitlines(), run.stdout

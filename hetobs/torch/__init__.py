@@ -50,3 +50,8 @@ def register() -> None:
         export_launch_env()
     except SettingError as e:  # torch's own rendezvous then says what it lacks
         log.warning("hetobs: launcher variables not usable: %s", e)
+
+
+# Imported first (`import hetobs.torch`), this package's own import of torch.distributed ran the
+# hook while `register` did not exist yet (hetobs/_torch_hook.py leaves it to us): register now.
+register()
