@@ -104,13 +104,16 @@ class InlineJob:
         self.kill()
 
 
-def loop_program(step: str, *, setup: str = "", stop: str) -> str:
+def loop_program(step: str, *, setup: str = "", stop: str, finish: str = "") -> str:
     """A rank program that runs `step` (Python, with the round number `i`, the communicator
     `comm` and numpy as `np`) round after round until the file `stop` exists, agreed through a
     tiny all_reduce so every rank runs the same rounds. It prints STARTED after its first
     round, then OPS <rounds> and LINKS <reconnects per link>; on a PeerError FAILED <monotonic
-    time> <type> <message> and exit status 3. `setup` runs once after init."""
-    return _LOOP.format(stop=stop, setup=textwrap.dedent(setup).strip("\n"), step=textwrap.indent(textwrap.dedent(step).strip("\n"), " " * 8))
+    time> <type> <message> and exit status 3. `setup` runs once after init, `finish` after the
+    loop's last line, before the communicator closes."""
+    return _LOOP.format(stop=stop, setup=textwrap.dedent(setup).strip("\n"),
+                        step=textwrap.indent(textwrap.dedent(step).strip("\n"), " " * 8),
+                        finish=textwrap.dedent(finish).strip("\n"))
 
 
 _LOOP = """
@@ -135,6 +138,7 @@ except hetobs.PeerError as e:
     sys.exit(3)
 print("OPS", i, flush=True)
 print("LINKS", [l["reconnects"] for l in comm.links()], flush=True)
+{finish}
 comm.close()
 """
 

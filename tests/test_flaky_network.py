@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from _inline import InlineJob
+from _inline import InlineJob, loop_program
 from netns import NETNS_SKIP_REASON, Hosts, link_up, reset_tcp_for
 from test_watchdog import dumps
 
@@ -23,35 +23,21 @@ pytestmark = [pytest.mark.skipif(NETNS_SKIP_REASON is not None, reason=str(NETNS
 
 # Each rank sums 16 MiB per op in a loop until the test creates STOP (agreed through a tiny
 # all_reduce, so both ranks run the same number of ops); every sum is checked.
-LOOP = """
-import os, sys, time, numpy as np, hetobs
-stop = sys.argv[1]
-comm = hetobs.init()
+SETUP = """
 n = 4 << 20  # float32: 16 MiB
 x = np.empty(n, np.float32)
-flag = np.zeros(1, np.float32)
-i = 0
 times = []
-try:
-    while True:
-        x[:] = comm.rank + 1 + i
-        t0 = time.monotonic()
-        comm.all_reduce(x)
-        times.append(time.monotonic() - t0)
-        want = 3 + 2 * i
-        assert x[0] == want and x[-1] == want and np.all(x == want), (i, x[:4])
-        if i == 0:
-            print("STARTED", flush=True)
-        flag[0] = float(os.path.exists(stop))
-        comm.all_reduce(flag, op="max")
-        i += 1
-        if flag[0]:
-            break
-except hetobs.PeerError as e:
-    print("FAILED", time.monotonic(), type(e).__name__, str(e).replace(chr(10), " "), flush=True)
-    sys.exit(3)
-print("OPS", i, "SLOWEST", max(times), "MEDIAN", sorted(times)[len(times) // 2], flush=True)
-print("LINKS", [l["reconnects"] for l in comm.links()], flush=True)
+"""
+STEP = """
+x[:] = comm.rank + 1 + i
+t0 = time.monotonic()
+comm.all_reduce(x)
+times.append(time.monotonic() - t0)
+want = 3 + 2 * i
+assert x[0] == want and x[-1] == want and np.all(x == want), (i, x[:4])
+"""
+FINISH = """
+print("SLOWEST", max(times), "MEDIAN", sorted(times)[len(times) // 2], flush=True)
 if comm.rank == 0 and os.environ.get("REPORT_COUNTS"):
     from hetobs.exporters.metrics import families
     from hetobs.exporters.source import ShmSource
@@ -61,7 +47,6 @@ if comm.rank == 0 and os.environ.get("REPORT_COUNTS"):
     print("METRIC", sum(v for _, v in fams["hetobs_link_reconnects"].samples), flush=True)
     print("DUMPED", request_dump(os.path.join(os.environ["HETOBS_DIR"], job)).answered, flush=True)
 comm.all_reduce(flag)  # rank 1 stays until rank 0 has its dump
-comm.close()
 """
 
 TCP = {"HETOBS_TRANSPORT": "tcp", "HETOBS_TIMEOUT": "60", "HETOBS_CONNECT_TIMEOUT": "60"}
@@ -83,7 +68,7 @@ def _started(job: InlineJob, rank: int = 0, timeout: float = 60.0) -> None:
 
 def _loop_job(tmp_path: Path, hosts: Hosts, env: dict[str, str]) -> tuple[InlineJob, Path]:
     stop = tmp_path / "stop"
-    body = LOOP.replace("stop = sys.argv[1]", f"stop = {str(stop)!r}")
+    body = loop_program(STEP, setup=SETUP, stop=str(stop), finish=FINISH)
     job = InlineJob(body, 2, tmp_path, env={**TCP, **env}, transport="tcp", master_addr=hosts.addrs[0],
                     prefix=[hosts.prefix(0), hosts.prefix(1)])
     return job, stop
