@@ -28,7 +28,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from hetobs.config import Settings, from_env, launch_from_env, slurm_step
+from hetobs.config import Settings, from_env, launch_from_env
 from hetobs.jobs import job_path, make_job_dir, store_secret
 from hetobs.ownership import UntrustedJobDir
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import random
 import socket
-import struct
 
 import pytest
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import statistics
 from typing import Optional
 
 from .confidence import confidence
