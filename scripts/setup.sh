@@ -132,19 +132,26 @@ stamp="$(
         find hetobs cli exporters \( -name '*.py' -o -name '*.pyi' \) -print 2>/dev/null | sort || true
     } | sha256sum | cut -d' ' -f1
 )"
-if [[ "${HETOBS_REBUILD:-0}" != 1 && -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp" ]] &&
-    "$VPY" -c 'import hetobs._core, torch, hetobs._torch_ext' 2>/dev/null; then
-    log "hetobs: editable install up to date"
-else
-    log "hetobs: building and installing (editable; build dir build/<wheel tag>)"
-    rm -f "$stamp_file"
-    pip install -q --no-build-isolation -e '.[test,telemetry]'
-    "$VPY" -c 'import hetobs._core' || die "hetobs._core does not import after the build"
-    # torch is installed above, so the C++ torch wrapper must have been built with it.
-    "$VPY" -c 'import torch, hetobs._torch_ext' ||
-        die "hetobs._torch_ext (the C++ torch wrapper) does not import after the build"
-    printf '%s\n' "$stamp" >"$stamp_file"
-fi
+# install_unless_current WHAT STAMP_FILE STAMP CHECK BUILD...: run BUILD (and then CHECK, which
+# must pass) unless STAMP_FILE holds STAMP and CHECK already passes; HETOBS_REBUILD=1 forces it.
+install_unless_current() {
+    local what="$1" file="$2" want="$3" check="$4"
+    shift 4
+    if [[ "${HETOBS_REBUILD:-0}" != 1 && -f "$file" && "$(cat "$file")" == "$want" ]] &&
+        "$VPY" -c "$check" 2>/dev/null; then
+        log "$what: up to date"
+        return
+    fi
+    log "$what: building (editable)"
+    rm -f "$file"
+    "$@"
+    "$VPY" -c "$check" || die "$what does not work after the build (python -c '$check')"
+    printf '%s\n' "$want" >"$file"
+}
+
+# hetobs._torch_ext (the C++ torch wrapper) is built with the torch installed above: it must import.
+install_unless_current "hetobs (build dir build/<wheel tag>)" "$stamp_file" "$stamp" \
+    'import hetobs._core, torch, hetobs._torch_ext' pip install -q --no-build-isolation -e '.[test,telemetry]'
 
 # --- 6. the stand-in accelerator (standin/): a torch extension for the tests and benches ----
 # A PrivateUse1 device "standin" with its own collective library "sccl" (not a real device:
@@ -157,15 +164,7 @@ standin_stamp="$(
             -o -name '*.cmake' -o -name '*.py' \) -print0 | sort -z | xargs -0r sha256sum
     } | sha256sum | cut -d' ' -f1
 )"
-if [[ "${HETOBS_REBUILD:-0}" != 1 && -f "$standin_stamp_file" && "$(cat "$standin_stamp_file")" == "$standin_stamp" ]] &&
-    "$VPY" -c 'import hetobs_standin' 2>/dev/null; then
-    log "stand-in device: up to date"
-else
-    log "stand-in device: building (editable; build dir build/standin-<wheel tag>)"
-    rm -f "$standin_stamp_file"
+install_unless_current "stand-in device (build dir build/standin-<wheel tag>)" "$standin_stamp_file" \
+    "$standin_stamp" 'import hetobs_standin, torch; torch.ones(1).to("standin")' \
     pip install -q --no-build-isolation --no-deps -e ./standin
-    "$VPY" -c 'import hetobs_standin, torch; torch.ones(1).to("standin")' ||
-        die "the stand-in device (hetobs_standin) does not work after the build"
-    printf '%s\n' "$standin_stamp" >"$standin_stamp_file"
-fi
 log "done"
