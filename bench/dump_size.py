@@ -17,13 +17,14 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+
+from hetobs.ports import free_port
 
 # The rank program: OPS all_reduces of COUNT floats, then rank 0 dumps itself and prints sizes.
 RANK_BODY = """
@@ -51,16 +52,10 @@ comm.barrier()  # the others stay until rank 0 has dumped: the links it reports 
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def measure(world: int, records: int, root: Path, count: int = 32768, timeout: float = 300.0) -> dict:
     """Run one job of `world` ranks; rank 0's dump and rank file sizes (bytes)."""
     job = f"ds{uuid.uuid4().hex[:10]}"
-    port = str(_free_port())
+    port = str(free_port())
     procs = []
     try:
         for r in range(world):

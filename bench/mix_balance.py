@@ -24,13 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+
+from hetobs.ports import free_port
 
 WARMUP = 2
 
@@ -61,17 +62,11 @@ def _worker() -> None:
     dist.destroy_process_group()
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _run(ranks: list[dict[str, str]], env: dict[str, str], plan_batch: int | None = None,
          tmp: str = "") -> tuple[float, dict | None]:
     """Start one job (rank i gets ranks[i]); returns (samples/s, hetobs plan JSON when plan_batch is given)."""
     job = f"mix{uuid.uuid4().hex[:8]}"
-    port = str(_port())
+    port = str(free_port())
     hold = ""
     if plan_batch is not None:
         hold = tempfile.mkdtemp(dir=tmp)

@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 import uuid
+
+from hetobs.ports import free_port
 
 MiB = 1 << 20
 
@@ -60,14 +61,8 @@ def _worker(what: str, variant: str, ops: int, nbytes: int) -> None:
         dist.destroy_process_group()  # leaving it to interpreter exit can abort inside Gloo
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _job(what: str, variant: str, world: int, ops: int, nbytes: int) -> float:
-    port, job = _free_port(), f"ovh{uuid.uuid4().hex[:8]}"
+    port, job = free_port(), f"ovh{uuid.uuid4().hex[:8]}"
     procs = []
     for r in range(world):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),

@@ -27,11 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
+
+from hetobs.ports import free_port
 
 LAYERS = ("python", "general", "run", "native")
 
@@ -108,9 +109,7 @@ def rank_main(iters: int, rounds: int, nbytes: int, clock_name: str, op_name: st
 
 def run_world(n: int, transport: str, iters: int, rounds: int, nbytes: int, clock: str,
               bind: bool = False, op: str = "all_reduce") -> dict[str, float]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(n),
                HETOBS_TRANSPORT=transport, HETOBS_JOB_ID=f"small-ops-{port}")
     cpus = sorted(os.sched_getaffinity(0))

@@ -28,7 +28,6 @@ import os
 import re
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
+
+from hetobs.ports import free_port
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
@@ -45,13 +46,6 @@ SHM_DIR = Path("/dev/shm")
 DEFAULT_TIMEOUT = 3.0          # HETOBS_TIMEOUT
 DEFAULT_CONNECT_TIMEOUT = 3.0  # HETOBS_CONNECT_TIMEOUT
 DEFAULT_DEADLINE = 120.0       # whole job, seconds
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def new_job_id(prefix: str = "t") -> str:

@@ -12,7 +12,6 @@ import json
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,15 +19,11 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from hetobs.ports import free_port
+
 TESTS_DIR = Path(__file__).resolve().parent
 REPO = TESTS_DIR.parent
 PROGRAMS = TESTS_DIR / "telemetry_programs.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RankJob:

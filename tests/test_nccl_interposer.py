@@ -642,11 +642,9 @@ def test_torchrun_static_launch_shares_one_derived_job(tmp_path: Path, fakes: Pa
     """No job id (torchrun's TORCHELASTIC_RUN_ID=none): the interposer has no rendezvous to agree
     on rank 0's id, so both ranks derive one from MASTER_ADDR:MASTER_PORT — not "none", one job
     directory for both, and they still find each other's side channel."""
-    import socket
+    from hetobs.ports import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
+    port = str(free_port())
     unset = {"HETOBS_JOB_ID": "", "TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
     apps = [Proc([str(fakes / "nccl_app"), str(r), "2", "stall"],
                  job_env(tmp_path, fakes, lib, "unused", r, 2, HETOBS_HANG_TIMEOUT="300", **unset)) for r in (0, 1)]

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from hetobs.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 TORCH = "2.13.0"  # pyproject.toml's build requirement
 
@@ -155,7 +157,7 @@ def test_the_wheel_in_a_fresh_venv_with_torch_runs_the_cpp_wrapper(wheel: PipWhe
                           env=wheel.env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HETOBS_", "PYTHON"))}
-    env.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+    env.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                HETOBS_DIR=str(tmp_path / "jobs"), GLOO_SOCKET_IFNAME="lo")
     run = subprocess.run([str(py), "-c", FRESH_VENV_PROGRAM], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=300)
@@ -167,14 +169,6 @@ def test_the_wheel_in_a_fresh_venv_with_torch_runs_the_cpp_wrapper(wheel: PipWhe
     assert "hetobs._torch_ext is not available" not in run.stderr
     assert out["x"] == [1.0] * 4
     assert out["records"] == [["all_reduce", "completed"], ["barrier", "completed"]]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_import_hetobs_does_not_import_torch() -> None:

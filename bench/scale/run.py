@@ -16,13 +16,14 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+
+from hetobs.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,12 +35,6 @@ def build() -> Path:
     subprocess.run(["cmake", "--build", str(builds[-1]), "--target", "hetobs_scale_rank"], check=True,
                    stdout=subprocess.DEVNULL)
     return builds[-1] / "hetobs_scale_rank"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def reap(procs: list, job: str) -> None:

@@ -10,25 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import tempfile
 import uuid
 from typing import Any, Mapping, Sequence
+from ..ports import free_port
 
 __all__ = ["run_local", "result_of"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_local(argv: Sequence[str], rank_env: Sequence[Mapping[str, str]], timeout: float,
               env: Mapping[str, str] | None = None) -> list[subprocess.CompletedProcess[str]]:
     """Run `argv` once per entry of `rank_env` (rank r gets rank_env[r]) and wait for all."""
-    port, job = _free_port(), f"local-{uuid.uuid4().hex[:8]}"
+    port, job = free_port(), f"local-{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory(prefix="hetobs-local-") as tmp:
         procs = []
         for r, extra in enumerate(rank_env):

@@ -38,7 +38,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .runner import BenchError, _free_port, _import_root, _Job
+from ..ports import free_port
+from .runner import BenchError, _import_root, _Job
 
 __all__ = ["VARIANTS", "OverheadConfig", "OverheadRow", "OverheadResult", "run_overhead"]
 
@@ -116,7 +117,7 @@ class _DdpJob(_Job):
         n = self.cfg.ranks
         base = dict(os.environ)
         base["PYTHONPATH"] = os.pathsep.join(p for p in (base.get("PYTHONPATH", ""), _import_root()) if p)
-        base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(n),
+        base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(n),
                     LOCAL_WORLD_SIZE=str(n), HETOBS_JOB_ID=self.job_id, HETOBS_DIR=self.hetobs_dir, **extra)
         base.setdefault("OMP_NUM_THREADS", "1")
         base.setdefault("GLOO_SOCKET_IFNAME", "lo")

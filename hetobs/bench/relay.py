@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
+from ..ports import free_port
 
 __all__ = ["RELAY_SIZES", "RELAY_VARIANTS", "DEVICE_VARIANTS", "RelayBenchConfig", "RelayBenchResult", "RelayRow", "run_relay_bench"]
 
@@ -84,12 +84,6 @@ def _plan(size: int) -> tuple[int, int]:
     return 1, max(2, min(20, (64 * MiB) // max(size, 1)))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_relay_bench(cfg: RelayBenchConfig) -> RelayBenchResult:
     result = RelayBenchResult(cfg)
     sizes = sorted(set(int(s) for s in cfg.sizes))
@@ -130,7 +124,7 @@ def _run_ranks(cfg: RelayBenchConfig, wcfg: dict[str, Any], link: Any, result: R
     """Both ranks to the end; their outputs (result.failure set when one failed)."""
     with tempfile.TemporaryDirectory(prefix="hetobs-relay-bench-") as tmp:
         os.chmod(tmp, 0o700)
-        port, job = _free_port(), f"relaybench-{uuid.uuid4().hex[:8]}"
+        port, job = free_port(), f"relaybench-{uuid.uuid4().hex[:8]}"
         procs, logs = [], []
         master = link.ADDRS[0] if link else "127.0.0.1"
         for r in range(2):

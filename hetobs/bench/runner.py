@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..codes import busbw_factor
+from ..ports import free_port
 
 __all__ = [
     "BACKENDS", "DEFAULT_SIZES", "DTYPES", "OPS", "QUICK_SIZES", "BenchConfig", "BenchError", "BenchResult",
@@ -317,12 +318,6 @@ class BenchResult:
 
 # -- jobs ----------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _import_root() -> str:
     """Directory holding the `hetobs` package this process imported (for the workers' PYTHONPATH)."""
     import hetobs
@@ -346,7 +341,7 @@ class _Job:
     def start(self) -> None:
         kind, transport = BACKENDS[self.name]
         n = self.cfg.ranks
-        port = _free_port()
+        port = free_port()
         base = dict(os.environ)
         root = _import_root()
         base["PYTHONPATH"] = os.pathsep.join(p for p in (base.get("PYTHONPATH", ""), root) if p)

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Callable, Optional
 
 from ..config import job_root, setting
 from ..diagnosis import Options, Report, diagnose
+from ..ports import free_port
 
 __all__ = ["FAULTS", "DemoResult", "run_demo", "DemoError", "EXPECTED"]
 
@@ -71,12 +71,6 @@ def _transport() -> str:
     return str(setting("HETOBS_TRANSPORT")) if "HETOBS_TRANSPORT" in os.environ else "shm"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _run(*argv: str) -> None:
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
 
@@ -86,7 +80,7 @@ class _Job:
                  netns: Optional[str]) -> None:
         self.job = f"demo-{uuid.uuid4().hex[:8]}"
         self.dir = root
-        port = str(_free_port())
+        port = str(free_port())
         self.procs: list[subprocess.Popen[str]] = []
         for r in range(world):
             env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=port,

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import time
+
+from hetobs.ports import free_port
 
 
 def main() -> int:
@@ -30,9 +31,7 @@ def main() -> int:
     import hetobs
     from hetobs.torch import native_wrapper
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     os.environ.setdefault("HETOBS_JOB_ID", f"gpucheck{os.getpid()}")
     dist.init_process_group("hetobs_nccl", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{port}")
     x = torch.ones(1 << 20, device="cuda")
