@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_exporter_prometheus import Prom, _by, _start_exporter  # noqa: E402
 
 from hetobs import stats  # noqa: E402
+from hetobs.bench.mpi_shm import MpiShmDir  # noqa: E402
 from hetobs.preload import library_path  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
@@ -59,8 +60,9 @@ class MpiJob:
         subprocess.run(["mpicc", "-o", str(tmp / "loop"), str(src)], check=True)
         self.go = tmp / "go"
         self.out = open(tmp / "mpirun.out", "wb")
+        self.shm = MpiShmDir()
         self.mpirun = subprocess.Popen(
-            ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(NP), "-x", f"LD_PRELOAD={library_path('mpi')}",
+            ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(NP), *self.shm.mca_args(), "-x", f"LD_PRELOAD={library_path('mpi')}",
              "-x", "HETOBS_JOB_ID", "-x", "HETOBS_DIR", "-x", "HETOBS_HANG_TIMEOUT", str(tmp / "loop"), str(self.go)],
             env={**os.environ, "HETOBS_JOB_ID": self.job_id, "HETOBS_DIR": str(self.hetobs_dir),
                  "HETOBS_HANG_TIMEOUT": "3"}, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -103,6 +105,7 @@ class MpiJob:
                 except ProcessLookupError:
                     pass
             p.wait()
+        self.shm.remove()
         for path in stats.segment_paths(self.job_id):
             os.unlink(path)
         self.out.close()

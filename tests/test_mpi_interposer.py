@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from hetobs import jobs, stats
+from hetobs.bench.mpi_shm import MpiShmDir
 from hetobs.diagnosis.membership import members_of
 
 TESTS = Path(__file__).resolve().parent
@@ -117,7 +118,8 @@ class MpiRun:
         self.log = tmp / f"{self.job}.log"
         settings = {"HETOBS_JOB_ID": self.job, "HETOBS_DIR": str(self.dir), "HETOBS_SECRET": self.secret,
                     "HETOBS_HANG_TIMEOUT": "300", **(env or {})}
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np)]
+        self.shm = MpiShmDir()
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), *self.shm.mca_args()]
         if lib:
             cmd += ["-x", f"LD_PRELOAD={lib}"]
         for k, v in settings.items():
@@ -159,6 +161,7 @@ class MpiRun:
             except ProcessLookupError:
                 pass
             self.proc.wait(10)
+        self.shm.remove()
         # Ranks killed before MPI_Finalize leave their stats segments behind.
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:

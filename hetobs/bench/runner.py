@@ -45,6 +45,7 @@ from typing import Any, Callable, Sequence
 
 from ..codes import busbw_factor
 from ..ports import free_port
+from .mpi_shm import MpiShmDir
 
 __all__ = [
     "BACKENDS", "DEFAULT_SIZES", "DTYPES", "OPS", "QUICK_SIZES", "BenchConfig", "BenchError", "BenchResult",
@@ -494,6 +495,7 @@ class _MpiJob(_Job):
         super().__init__(name, cfg, workdir)
         self._socks: list[socket.socket] = []
         self._files: list[Any] = []
+        self._shm = MpiShmDir()
 
     def start(self) -> None:
         n = self.cfg.ranks
@@ -512,6 +514,7 @@ class _MpiJob(_Job):
                 cmd.append("--allow-run-as-root")
             if n > (os.cpu_count() or 1):
                 cmd.append("--oversubscribe")
+            cmd += self._shm.mca_args()
             cmd += [sys.executable, "-m", "hetobs.bench.worker", "--backend", "mpi", "--op", self.cfg.op,
                     "--dtype", self.cfg.dtype, "--timeout", str(op_timeout), "--control", f"{host}:{port}"]
             log = os.path.join(self.workdir, f"{self.name}-mpirun.log")
@@ -619,6 +622,7 @@ class _MpiJob(_Job):
                 f.close()
             except OSError:
                 pass
+        self._shm.remove()
         return byes
 
 
