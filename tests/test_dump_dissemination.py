@@ -241,7 +241,10 @@ def test_watchdogs_firing_together_join_one_spread(tmp_path: Path, coordinator: 
             s = d["spread"]
             assert s["origin"] == head and s["from"] is not None and s["asked_ns"] > 0, s
     root = inc[head]["spread"]
-    assert root["interval"] == [0, world] and (root["from"] is None) == (head in saw), root
+    # A spread nobody asked for is the head's own watchdog's. The head may have seen the hang
+    # and still be asked first: its watchdog and another rank's request race when all fire
+    # together, and either starts the one spread.
+    assert root["interval"] == [0, world] and (root["from"] is not None or head in saw), root
     assert inc[hung]["reason"] == "peer_request" and inc[hung]["hang_detected_ns"] is None
     if coordinator == "stopped":  # rank 0 answered nobody, and was asked at most once by each
         assert all(0 not in d["side_channel"]["answered"] for d in inc.values())
