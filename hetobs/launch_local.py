@@ -35,7 +35,7 @@ from typing import IO, Callable, Literal, Mapping, Optional, Sequence, Union
 
 from .ports import free_port
 
-__all__ = ["LocalJob", "RankExit", "new_job_id", "rank_env", "tail_of"]
+__all__ = ["LocalJob", "RankExit", "new_job_id", "tail_of", "torchrun_env"]
 
 #: Variables to set (a string) or remove (None) in a rank's environment.
 EnvChanges = Mapping[str, Optional[str]]
@@ -50,7 +50,7 @@ def new_job_id(prefix: str = "local-") -> str:
     return f"{prefix}{uuid.uuid4().hex[:12]}"
 
 
-def rank_env(rank: int, world: int, *, master_addr: str, master_port: int, job_id: str, hetobs_dir: str | Path,
+def torchrun_env(rank: int, world: int, *, master_addr: str, master_port: int, job_id: str, hetobs_dir: str | Path,
              base: Mapping[str, str] | None = None) -> dict[str, str]:
     """`base` (default: this process's environment) with torchrun's variables for rank `rank` of
     `world` ranks on this host and the job's HETOBS_JOB_ID and HETOBS_DIR."""
@@ -131,8 +131,8 @@ class LocalJob:
     # -- start ----------------------------------------------------------------------------
     def env_of(self, rank: int) -> dict[str, str]:
         """The whole environment rank `rank` starts with."""
-        env = rank_env(rank, self.world, master_addr=self.master_addr, master_port=self.master_port,
-                       job_id=self.job_id, hetobs_dir=self.hetobs_dir)
+        env = torchrun_env(rank, self.world, master_addr=self.master_addr, master_port=self.master_port,
+                           job_id=self.job_id, hetobs_dir=self.hetobs_dir)
         _apply(env, self.env)
         _apply(env, self.rank_env.get(rank))
         return env
