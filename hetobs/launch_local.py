@@ -51,7 +51,7 @@ def new_job_id(prefix: str = "local-") -> str:
 
 
 def torchrun_env(rank: int, world: int, *, master_addr: str, master_port: int, job_id: str, hetobs_dir: str | Path,
-             base: Mapping[str, str] | None = None) -> dict[str, str]:
+                 base: Mapping[str, str] | None = None) -> dict[str, str]:
     """`base` (default: this process's environment) with torchrun's variables for rank `rank` of
     `world` ranks on this host and the job's HETOBS_JOB_ID and HETOBS_DIR."""
     env = dict(os.environ if base is None else base)
