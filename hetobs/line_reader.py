@@ -42,6 +42,7 @@ class LineReader:
         self.keep = keep
         self._buf = [b""] * len(self.fds)
         self._seen = [b""] * len(self.fds)
+        self._ended: set[int] = set()  # sources that reached their end
 
     def _take(self, i: int) -> bytes | None:
         if b"\n" not in self._buf[i]:
@@ -73,6 +74,7 @@ class LineReader:
                     i = key.data
                     chunk = os.read(key.fd, 65536)
                     if not chunk:
+                        self._ended.add(i)
                         raise LineEnd(i)
                     self._buf[i] += chunk
                     self._seen[i] = (self._seen[i] + chunk)[-self.keep:]
@@ -88,12 +90,14 @@ class LineReader:
         end = time.monotonic() + timeout
         with selectors.DefaultSelector() as sel:
             for i, fd in enumerate(self.fds):
-                sel.register(fd, selectors.EVENT_READ, i)
+                if i not in self._ended:
+                    sel.register(fd, selectors.EVENT_READ, i)
             while sel.get_map() and (left := end - time.monotonic()) > 0:
                 for key, _ in sel.select(left):
                     chunk = os.read(key.fd, 65536)
                     if not chunk:
                         sel.unregister(key.fd)
+                        self._ended.add(key.data)
                     self._seen[key.data] = (self._seen[key.data] + chunk)[-self.keep:]
 
     def seen(self, i: int) -> str:
