@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from hetobs.launch_local import LocalJob
 from hetobs.line_reader import LineEnd, LineReader, LineTimeout
+from hetobs.ports import free_port  # noqa: F401  (for the tests that import it from here)
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO = TESTS_DIR.parent
