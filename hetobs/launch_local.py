@@ -128,6 +128,10 @@ class LocalJob:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.killed: set[int] = set()
 
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
     # -- start ----------------------------------------------------------------------------
     def env_of(self, rank: int) -> dict[str, str]:
         """The whole environment rank `rank` starts with."""
@@ -176,10 +180,6 @@ class LocalJob:
             self.close()
             raise
         return self
-
-    @property
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
 
     # -- wait -----------------------------------------------------------------------------
     def wait(self, timeout: float, *, fail_fast: bool = False) -> bool:

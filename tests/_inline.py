@@ -55,7 +55,7 @@ class InlineJob:
 
     @property
     def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
+        return self.local.pids
 
     def wait(self, timeout: float = 60.0) -> list[RankRun]:
         """Every rank's exit status and output once all exited; raises TimeoutExpired (and kills

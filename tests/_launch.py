@@ -198,7 +198,7 @@ class Job:
 
     @property
     def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
+        return self.local.pids
 
     def remaining(self) -> float:
         return self.t_start + self.deadline_s - time.monotonic()
