@@ -1,14 +1,13 @@
 """Run a short inline program as N real rank processes (for tests whose rank body is a few lines).
 
-The body sees RANK/WORLD_SIZE/MASTER_*/HETOBS_* like any launched rank. Every process
-is started in its own session and killed (with its group) when the job ends or fails;
+The body sees RANK/WORLD_SIZE/MASTER_*/HETOBS_* like any launched rank (started by
+hetobs.launch_local: own session each, killed with its group when the job ends or fails);
 segments of ranks that had to be killed are removed from /dev/shm.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -18,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from _launch import free_port
+from hetobs.launch_local import LocalJob
+from hetobs.line_reader import LineEnd, LineReader, LineTimeout
 
 __all__ = ["InlineJob", "RankRun", "incident_ranks", "loop_program", "wait_until"]
 
@@ -38,61 +38,65 @@ class InlineJob:
                  unset: Sequence[str] = ()) -> None:
         self.job_id = f"i{uuid.uuid4().hex[:11]}"
         self.dir = tmp / "hetobs"
-        self.procs: list[subprocess.Popen[str]] = []
-        port = str(free_port())
-        for r in range(world):
-            e = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR=master_addr, MASTER_PORT=port,
-                     HETOBS_JOB_ID=self.job_id, HETOBS_DIR=str(self.dir), HETOBS_TRANSPORT=transport,
-                     HETOBS_TIMEOUT="20", HETOBS_CONNECT_TIMEOUT="10", HETOBS_DEBUG="WARN", PYTHONUNBUFFERED="1",
-                     OMP_NUM_THREADS="1")
-            e.pop("HETOBS_SECRET", None)
-            e.update(env or {})
-            e.update((rank_env or {}).get(r, {}))
-            for name in unset:  # e.g. the torchrun variables, for a job that another launcher's must start
-                e.pop(name, None)
-            argv = [*(prefix[r] if prefix else []), sys.executable, "-c", body]
-            self.procs.append(subprocess.Popen(argv, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                               text=True, start_new_session=True))
+        gone: dict[str, str | None] = {name: None for name in unset}  # e.g. the torchrun variables, for a job
+        # that another launcher's must start
+        self.local = LocalJob(
+            lambda r: [*(prefix[r] if prefix else []), sys.executable, "-c", body], world,
+            log_dir=tmp / f"logs-{self.job_id}", hetobs_dir=self.dir, job_id=self.job_id, master_addr=master_addr,
+            stdout="pipe",
+            env={"HETOBS_TRANSPORT": transport, "HETOBS_TIMEOUT": "20", "HETOBS_CONNECT_TIMEOUT": "10",
+                 "HETOBS_DEBUG": "WARN", "OMP_NUM_THREADS": "1", "HETOBS_SECRET": None, **(env or {})},
+            rank_env={r: {**(rank_env or {}).get(r, {}), **gone} for r in range(world)})
+        self.local.start()
+        self.procs = self.local.procs
+        # everything a rank prints is kept (wait() returns it whole)
+        self.lines = LineReader([p.stdout.fileno() for p in self.procs if p.stdout is not None], keep=1 << 26)
+        self.closed = False
 
     @property
     def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
+        return self.local.pids
 
     def wait(self, timeout: float = 60.0) -> list[RankRun]:
-        end = time.monotonic() + timeout
-        runs = []
+        """Every rank's exit status and output once all exited; raises TimeoutExpired (and kills
+        them) when they have not within `timeout` s."""
         try:
-            for r, p in enumerate(self.procs):
-                out, err = p.communicate(timeout=max(0.1, end - time.monotonic()))
-                runs.append(RankRun(r, p.returncode, out, err))
+            end = time.monotonic() + timeout
+            self.lines.drain(timeout)  # reading as they print: a full pipe must not stall a rank
+            if not self.local.wait(max(0.0, end - time.monotonic())):
+                raise subprocess.TimeoutExpired(f"inline job {self.job_id}", timeout)
+            return [RankRun(r, p.returncode, self.lines.seen(r), self.local.log_path(r).read_text(errors="replace"))
+                    for r, p in enumerate(self.procs)]
         finally:
             self.kill()
-        return runs
+
+    def read_line(self, rank: int, timeout: float, what: str) -> str:
+        """`rank`'s next line of output (without its newline); fail naming the rank and `what` it
+        was expected to print if it exits first or nothing comes in `timeout` s."""
+        try:
+            return self.lines.read([rank], max(0.0, timeout))[rank].decode(errors="replace")
+        except LineEnd:
+            code = self.procs[rank].wait()
+            raise AssertionError(f"rank {rank} exited ({code}) before printing {what}: "
+                                 f"{self.local.log_path(rank).read_text(errors='replace')[-3000:]}") from None
+        except LineTimeout:
+            raise AssertionError(f"rank {rank} did not print {what} in {timeout:.0f} s") from None
 
     def wait_line(self, rank: int, prefix: str, timeout: float = 90.0) -> str:
-        """Read `rank`'s output until a line starts with `prefix` (the rank says it got there);
-        fail naming the rank if it exits first or the line does not come in `timeout` s."""
-        p = self.procs[rank]
+        """Read `rank`'s output until a line starts with `prefix` (the rank says it got there)."""
         end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            line = p.stdout.readline()  # type: ignore[union-attr]
-            if line.startswith(prefix):
-                return line
-            if not line and p.poll() is not None:
-                raise AssertionError(f"rank {rank} exited ({p.returncode}) before printing {prefix!r}: "
-                                     f"{p.stderr.read()[-3000:]}")  # type: ignore[union-attr]
-        raise AssertionError(f"rank {rank} did not print {prefix!r} in {timeout} s")
+        while not (line := self.read_line(rank, end - time.monotonic(), repr(prefix))).startswith(prefix):
+            pass
+        return line + "\n"
 
     def kill(self) -> None:
-        killed = False
-        for p in self.procs:
-            if p.poll() is None:
-                killed = True
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.communicate()
+        if self.closed:
+            return
+        self.closed = True
+        killed = any(p.poll() is None for p in self.procs)
+        self.local.kill()
+        self.lines.drain(timeout=5)  # what they printed last, before the pipes close
+        self.local.close()
         for name in os.listdir("/dev/shm") if killed or any(p.returncode for p in self.procs) else []:
             if name.startswith(f"hetobs-stats-{self.job_id}-"):
                 os.unlink(os.path.join("/dev/shm", name))

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from hetobs.launch_local import LocalJob
 from hetobs.ports import free_port
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -143,33 +144,29 @@ class Job:
             os.mkfifo(self.gate_dir / g)
         self.transport = transport
         self.deadline_s = deadline
-        self.master_port = master_port or free_port()
-        self.base_env = {
-            **os.environ,
-            "WORLD_SIZE": str(world_size),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(self.master_port),
-            "HETOBS_JOB_ID": self.job_id,
-            "HETOBS_TRANSPORT": transport,
-            "HETOBS_TIMEOUT": str(timeout),
-            "HETOBS_CONNECT_TIMEOUT": str(connect_timeout),
-            "HETOBS_DIR": str(self.hetobs_dir),
-            "HETOBS_TEST_GATES": str(self.gate_dir),
-            "HETOBS_TEST_DEADLINE": str(deadline),
-            "HETOBS_TEST_START_BARRIER": "1" if start_barrier else "",
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONFAULTHANDLER": "1",
-            # 2 cores, up to 5 ranks: keep numpy/torch from spawning thread pools
-            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-        }
-        self.base_env.pop("HETOBS_SECRET", None)
-        self.base_env.update(env or {})
-        self.rank_env = {int(k): dict(v) for k, v in (rank_env or {}).items()}
-        self.procs: list[subprocess.Popen[bytes]] = []
+        # the plumbing (environment, sessions, logs, kills) is the library's local launcher
+        self.local = LocalJob(
+            [sys.executable, str(RANK_PROGRAMS), program, json.dumps(self.args)], world_size,
+            log_dir=self.log_dir, hetobs_dir=self.hetobs_dir, job_id=self.job_id, master_port=master_port,
+            cwd=REPO_ROOT, rank_env=rank_env,
+            env={
+                "HETOBS_TRANSPORT": transport,
+                "HETOBS_TIMEOUT": str(timeout),
+                "HETOBS_CONNECT_TIMEOUT": str(connect_timeout),
+                "HETOBS_TEST_GATES": str(self.gate_dir),
+                "HETOBS_TEST_DEADLINE": str(deadline),
+                "HETOBS_TEST_START_BARRIER": "1" if start_barrier else "",
+                "PYTHONFAULTHANDLER": "1",
+                # 2 cores, up to 5 ranks: keep numpy/torch from spawning thread pools
+                "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                "HETOBS_SECRET": None,
+                **(env or {}),
+            })
+        self.master_port = self.local.master_port
+        self.procs = self.local.procs
         self._event_fds: dict[int, int] = {}
         self._event_buf: dict[int, bytes] = {}
         self.events: dict[int, list[dict[str, Any]]] = {r: [] for r in range(world_size)}
-        self._log_files: list[tuple[Any, Any]] = []
         self.killed: dict[int, float] = {}   # rank -> time.monotonic() of SIGKILL
         self.t_start = 0.0
         self.collected: JobResult | None = None
@@ -177,32 +174,18 @@ class Job:
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> "Job":
         self.t_start = time.monotonic()
-        argv_tail = [self.program, json.dumps(self.args)]
         try:
             for r in range(self.world_size):
                 rfd, wfd = os.pipe()
                 os.set_blocking(rfd, False)
-                env = dict(self.base_env)
-                env.update({
-                    "HETOBS_TEST_T0": repr(self.t_start),
-                    "RANK": str(r),
-                    "LOCAL_RANK": str(r),
-                    "HETOBS_TEST_RESULT": str(self.result_dir / f"rank-{r}.json"),
-                    "HETOBS_TEST_EVENT_FD": str(wfd),
-                })
-                env.update(self.rank_env.get(r, {}))
-                out = open(self.log_dir / f"rank-{r}.out", "wb")
-                err = open(self.log_dir / f"rank-{r}.err", "wb")
-                self._log_files.append((out, err))
-                try:
-                    p = subprocess.Popen([sys.executable, str(RANK_PROGRAMS), *argv_tail], env=env,
-                                         cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                         pass_fds=(wfd,), start_new_session=True)
-                finally:
-                    os.close(wfd)
-                self.procs.append(p)
                 self._event_fds[r] = rfd
                 self._event_buf[r] = b""
+                try:
+                    self.local.spawn(r, {"HETOBS_TEST_T0": repr(self.t_start),
+                                         "HETOBS_TEST_RESULT": str(self.result_dir / f"rank-{r}.json"),
+                                         "HETOBS_TEST_EVENT_FD": str(wfd)}, pass_fds=(wfd,))
+                finally:
+                    os.close(wfd)
             if self.start_barrier:
                 for r in range(self.world_size):
                     self.wait_event(r, "ready", timeout=max(self.remaining(), 1.0))
@@ -215,55 +198,28 @@ class Job:
 
     @property
     def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
+        return self.local.pids
 
     def remaining(self) -> float:
         return self.t_start + self.deadline_s - time.monotonic()
 
     def kill_rank(self, rank: int) -> float:
         """SIGKILL one rank (its whole process group); returns time.monotonic() of the kill."""
-        p = self.procs[rank]
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        t = time.monotonic()
-        self.killed[rank] = t
-        p.wait()
+        t = self.killed[rank] = self.local.kill_rank(rank)
         return t
 
     def kill(self) -> None:
         """SIGKILL every rank's process group (idempotent)."""
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
-                pass
-        # a rank may have left children in its group behind even after it exited
-        for p in self.procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        self.local.kill()
 
     def close(self) -> None:
-        self.kill()
+        self.local.close()
         for fd in self._event_fds.values():
             try:
                 os.close(fd)
             except OSError:
                 pass
         self._event_fds.clear()
-        for out, err in self._log_files:
-            out.close()
-            err.close()
-        self._log_files.clear()
 
     def __enter__(self) -> "Job":
         return self if self.procs else self.start()
@@ -348,10 +304,7 @@ class Job:
             if self._event_fds:
                 self._pump(min(left, 0.05))  # wakes on events and on EOF when a rank exits
             else:
-                try:
-                    alive[0].wait(timeout=min(left, 0.05))
-                except subprocess.TimeoutExpired:
-                    pass
+                self.local.wait(left, fail_fast=fail_fast)
 
     def wait(self, timeout: float | None = None, *, fail_fast: bool = False) -> JobResult:
         """Wait for every rank to exit (at most `timeout`, default what is left of the job's
@@ -372,8 +325,6 @@ class Job:
                 break
         ranks = []
         for r, p in enumerate(self.procs):
-            for f in self._log_files[r]:
-                f.flush()
             result = None
             path = self.result_dir / f"rank-{r}.json"
             if path.exists():
@@ -383,8 +334,8 @@ class Job:
                     result = {"unreadable_result": str(e)}
             ranks.append(RankResult(
                 rank=r, pid=p.pid, returncode=p.returncode, result=result,
-                stderr=(self.log_dir / f"rank-{r}.err").read_text(errors="replace"),
-                stdout=(self.log_dir / f"rank-{r}.out").read_text(errors="replace"),
+                stderr=self.local.log_path(r, "err").read_text(errors="replace"),
+                stdout=self.local.log_path(r, "out").read_text(errors="replace"),
                 events=list(self.events[r]), killed_by_test=r in self.killed))
         self.collected = JobResult(self.job_id, ranks, False, time.monotonic() - self.t_start)
         return self.collected

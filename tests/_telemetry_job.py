@@ -1,7 +1,7 @@
 """Launch a job of tests/telemetry_programs.py ranks and talk to them (events on stdout, commands on stdin).
 
-Used by the telemetry tests and bench/scrape_bench.py. Every rank runs in its own
-session; `close()` SIGKILLs every process group still alive and removes the stats
+Used by the telemetry tests and bench/scrape_bench.py. The ranks start on
+hetobs.launch_local (own session each); `close()` SIGKILLs every process group still alive and removes the stats
 segments the killed ranks left in /dev/shm. Also starts helper processes (the
 exporter, Prometheus) the same way, so one `close()` ends everything.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -19,7 +18,9 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from hetobs.ports import free_port
+from hetobs.launch_local import LocalJob
+from hetobs.line_reader import LineEnd, LineReader, LineTimeout
+from hetobs.ports import free_port  # noqa: F401  (for the tests that import it from here)
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO = TESTS_DIR.parent
@@ -36,30 +37,18 @@ class RankJob:
         self.workdir = Path(workdir)
         self.hetobs_dir = self.workdir / "hetobs"
         self.hetobs_dir.mkdir(parents=True, exist_ok=True)
-        self.env = {
-            **os.environ, "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-            "HETOBS_JOB_ID": self.job_id, "HETOBS_DIR": str(self.hetobs_dir), "HETOBS_TRANSPORT": "shm",
-            "HETOBS_DEBUG": "ERROR", "HETOBS_TIMEOUT": "120", "HETOBS_CONNECT_TIMEOUT": "30",
-            "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {}),
-        }
-        self.env.pop("HETOBS_SECRET", None)
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.local = LocalJob(
+            [sys.executable, str(PROGRAMS), program, json.dumps(dict(args or {}))], world, log_dir=self.workdir,
+            hetobs_dir=self.hetobs_dir, job_id=self.job_id, cwd=REPO, stdin="pipe", stdout="pipe",
+            env={"HETOBS_TRANSPORT": "shm", "HETOBS_DEBUG": "ERROR", "HETOBS_TIMEOUT": "120",
+                 "HETOBS_CONNECT_TIMEOUT": "30", "OMP_NUM_THREADS": "1", "HETOBS_SECRET": None, **(env or {})})
+        self.procs = self.local.procs
         self.helpers: list[subprocess.Popen[bytes]] = []
         self.events: dict[int, list[dict[str, Any]]] = {r: [] for r in range(world)}
-        self._buf: dict[int, bytes] = {r: b"" for r in range(world)}
         self._logs: list[Any] = []
         self.killed = False
-        argv = [sys.executable, str(PROGRAMS), program, json.dumps(dict(args or {}))]
-        try:
-            for r in range(world):
-                err = open(self.workdir / f"rank-{r}.err", "wb")
-                self._logs.append(err)
-                self.procs.append(subprocess.Popen(argv, env={**self.env, "RANK": str(r)}, cwd=str(REPO),
-                                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                                   start_new_session=True))
-        except BaseException:
-            self.close()
-            raise
+        self.local.start()
+        self.lines = LineReader([p.stdout.fileno() for p in self.procs if p.stdout is not None])
 
     # -- events and commands ---------------------------------------------------------
     def _stderr(self) -> str:
@@ -72,25 +61,20 @@ class RankJob:
     def wait_event(self, rank: int, name: str, timeout: float = 60.0) -> dict[str, Any]:
         """Block until `rank` prints event `name`; AssertionError (with stderr) on timeout or exit."""
         end = time.monotonic() + timeout
-        p = self.procs[rank]
-        assert p.stdout is not None
         while True:
             for ev in self.events[rank]:
                 if ev.get("event") == name:
                     return ev
-            left = end - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"rank {rank} did not report {name!r} within {timeout}s\n{self._stderr()}")
-            ready, _, _ = select.select([p.stdout], [], [], left)
-            if not ready:
-                continue
-            chunk = os.read(p.stdout.fileno(), 1 << 20)
-            if not chunk:
-                raise AssertionError(f"rank {rank} exited ({p.wait()}) before {name!r}\n{self._stderr()}")
-            *lines, self._buf[rank] = (self._buf[rank] + chunk).split(b"\n")
-            for line in lines:
-                if line.startswith(b"@@ "):
-                    self.events[rank].append(json.loads(line[3:]))
+            try:
+                line = self.lines.read([rank], max(0.0, end - time.monotonic()))[rank]
+            except LineTimeout:
+                raise AssertionError(f"rank {rank} did not report {name!r} within {timeout}s\n{self._stderr()}") \
+                    from None
+            except LineEnd:
+                raise AssertionError(f"rank {rank} exited ({self.procs[rank].wait()}) before {name!r}\n"
+                                     f"{self._stderr()}") from None
+            if line.startswith(b"@@ "):
+                self.events[rank].append(json.loads(line[3:]))
 
     def wait_all(self, name: str, timeout: float = 60.0) -> list[dict[str, Any]]:
         return [self.wait_event(r, name, timeout) for r in range(self.world)]
@@ -136,22 +120,18 @@ class RankJob:
         return stats.segment_paths(self.job_id)
 
     def close(self) -> None:
-        for p in self.procs + self.helpers:
+        self.killed = self.killed or any(p.poll() is None for p in self.procs + self.helpers)
+        self.local.close()
+        for p in self.helpers:
             if p.poll() is None:
-                self.killed = True
                 try:
-                    os.killpg(p.pid, signal.SIGCONT)
                     os.killpg(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        for p in self.procs + self.helpers:
             try:
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
                 pass
-            for f in (p.stdin, p.stdout):
-                if f is not None:
-                    f.close()
         for f in self._logs:
             f.close()
         self._logs.clear()

@@ -30,7 +30,7 @@ from hetobs.bench import (
     plan_iters,
     run_bench,
 )
-from hetobs.bench import runner
+from hetobs.bench.rows import table_rows
 
 _HAVE_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not _HAVE_TORCH, reason="torch is not installed (Gloo backend)")
@@ -126,7 +126,7 @@ def test_rows_follow_nccl_tests_math() -> None:
     shm = [[[1e-4, 3e-4, 2e-4]] * 3 + [[5e-4, 4e-4, 9e-4]],  # rank 3 is slowest: median 5e-4
            [[0.02, 0.02, 0.02]] * 4]
     gloo = [[[1e-3, 1e-3, 1e-3]] * 4, [[0.04, 0.05, 0.03]] * 4]
-    rows = runner._rows(cfg, plan, {"hetobs-shm": shm, "gloo": gloo}, 10.0, "float")
+    rows = table_rows(cfg, plan, {"hetobs-shm": shm, "gloo": gloo}, 10.0, "float")
     by = {(r.backend, r.size): r for r in rows}
     r = by[("hetobs-shm", 4096)]
     assert r.time_us == pytest.approx(500.0)

@@ -38,18 +38,14 @@ OPS_UNDER_FAULT = 12  # 12 x 256 KiB on each ring link: past the window's 1 MiB,
 def _ops_after(job: InlineJob, rank: int, since: float, count: int, timeout: float) -> None:
     """Block until `rank` completed `count` ops that began after `since` (CLOCK_MONOTONIC, which
     network namespaces share): lines already waiting in the pipe from before do not count."""
-    p = job.procs[rank]
     end = time.monotonic() + timeout
     done = 0
-    while time.monotonic() < end:
-        line = p.stdout.readline()  # type: ignore[union-attr]
+    while True:
+        line = job.read_line(rank, end - time.monotonic(), f"{count} ops under the fault")
         if line.startswith("OP ") and float(line.split()[2]) > since:
             done += 1
             if done > count:  # the first one may have started before `since`
                 return
-        if not line and p.poll() is not None:
-            raise AssertionError(f"rank {rank} exited: {p.stderr.read()[-3000:]}")  # type: ignore[union-attr]
-    raise AssertionError(f"rank {rank} did not complete {count} ops under the fault in {timeout} s")
 
 
 def test_a_lossy_jittery_link_completes_exact_and_the_window_names_it(tmp_path: Path) -> None:

@@ -1,45 +1,37 @@
-"""Start N rank processes of one job on this host and collect what they print.
+"""Run N rank processes of one short job on this host to the end and collect what they print.
 
-For benchmarks and checks that run a short job to completion (not for the test suite's
-launcher, which drives ranks step by step). Each rank gets RANK, WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT, one HETOBS_JOB_ID and a private HETOBS_DIR, plus its own extra variables; a
+For benchmarks and checks that run a short job to completion (bench/islands_reduce_scatter.py,
+tests/nccl/islands_gpu_check.py), on hetobs.launch_local: each rank gets torchrun's
+variables, one HETOBS_JOB_ID and a private HETOBS_DIR, plus its own extra variables; a
 rank prints one line "RESULT <json>" that `result_of` reads back.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import tempfile
-import uuid
+from pathlib import Path
 from typing import Any, Mapping, Sequence
-from ..ports import free_port
+
+from ..launch_local import LocalJob, new_job_id
 
 __all__ = ["run_local", "result_of"]
 
 
 def run_local(argv: Sequence[str], rank_env: Sequence[Mapping[str, str]], timeout: float,
               env: Mapping[str, str] | None = None) -> list[subprocess.CompletedProcess[str]]:
-    """Run `argv` once per entry of `rank_env` (rank r gets rank_env[r]) and wait for all."""
-    port, job = free_port(), f"local-{uuid.uuid4().hex[:8]}"
+    """Run `argv` once per entry of `rank_env` (rank r gets rank_env[r]) and wait for all, at most
+    `timeout` seconds; ranks still running then are killed (their return code says so)."""
     with tempfile.TemporaryDirectory(prefix="hetobs-local-") as tmp:
-        procs = []
-        for r, extra in enumerate(rank_env):
-            e = dict(os.environ, RANK=str(r), WORLD_SIZE=str(len(rank_env)), MASTER_ADDR="127.0.0.1",
-                     MASTER_PORT=str(port), HETOBS_JOB_ID=job, HETOBS_DIR=os.path.join(tmp, "dir"),
-                     PYTHONUNBUFFERED="1", **(env or {}), **extra)
-            procs.append(subprocess.Popen(list(argv), env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True, stdin=subprocess.DEVNULL))
-        out = []
-        for p in procs:
-            try:
-                so, se = p.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                so, se = p.communicate()
-            out.append(subprocess.CompletedProcess(list(argv), p.returncode, so, se))
-        return out
+        job = LocalJob(argv, len(rank_env), log_dir=tmp, hetobs_dir=Path(tmp, "dir"), job_id=new_job_id("local-"),
+                       env=env, rank_env=dict(enumerate(rank_env)))
+        with job:
+            job.wait(timeout)
+        return [subprocess.CompletedProcess(list(argv), p.returncode,
+                                            job.log_path(r, "out").read_text(errors="replace"),
+                                            job.log_path(r, "err").read_text(errors="replace"))
+                for r, p in enumerate(job.procs)]
 
 
 def result_of(p: subprocess.CompletedProcess[str]) -> dict[str, Any]:

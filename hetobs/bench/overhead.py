@@ -34,12 +34,11 @@ import tempfile
 import threading
 import time
 import urllib.request
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..ports import free_port
-from .runner import BenchError, _import_root, _Job
+from ..launch_local import new_job_id
+from .workers import BenchError, LocalWorkers
 
 __all__ = ["VARIANTS", "OverheadConfig", "OverheadRow", "OverheadResult", "run_overhead"]
 
@@ -98,42 +97,25 @@ class OverheadResult:
     params: int = 0
 
 
-class _JobSettings:
-    """What _Job reads of a config."""
+class _DdpJob(LocalWorkers):
+    """One variant's ranks (hetobs/bench/ddp_worker.py) at one world size."""
 
-    def __init__(self, ranks: int, cfg: OverheadConfig) -> None:
-        self.ranks, self.timeout_s, self.start_timeout_s = ranks, cfg.timeout_s, cfg.start_timeout_s
+    def __init__(self, variant: str, ranks: int, workdir: str) -> None:
+        backend, extra, self.wrapper = VARIANTS[variant]
+        env: dict[str, str | None] = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                                      "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"), **extra}
+        super().__init__(variant, [sys.executable, "-m", "hetobs.bench.ddp_worker", "--backend", backend], ranks,
+                         log_dir=os.path.join(workdir, f"n{ranks}"), hetobs_dir=os.path.join(workdir, "hetobs"),
+                         job_id=new_job_id(f"ovh-{variant}-{ranks}-"), env=env)
+        self.job_id = self.local.job_id
+        self.hetobs_dir = str(self.local.hetobs_dir)
 
-
-class _DdpJob(_Job):
-    def __init__(self, variant: str, ranks: int, cfg: OverheadConfig, workdir: str) -> None:
-        super().__init__(variant, _JobSettings(ranks, cfg), workdir)  # type: ignore[arg-type]
-        self.variant = variant
-        self.job_id = f"ovh-{variant}-{ranks}-{uuid.uuid4().hex[:8]}"
-        self.hetobs_dir = os.path.join(workdir, "hetobs")
-
-    def start(self) -> None:
-        backend, extra, wrapper = VARIANTS[self.variant]
-        n = self.cfg.ranks
-        base = dict(os.environ)
-        base["PYTHONPATH"] = os.pathsep.join(p for p in (base.get("PYTHONPATH", ""), _import_root()) if p)
-        base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(n),
-                    LOCAL_WORLD_SIZE=str(n), HETOBS_JOB_ID=self.job_id, HETOBS_DIR=self.hetobs_dir, **extra)
-        base.setdefault("OMP_NUM_THREADS", "1")
-        base.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        cmd = [sys.executable, "-m", "hetobs.bench.ddp_worker", "--backend", backend]
-        for r in range(n):
-            log = os.path.join(self.workdir, f"{self.variant}-n{n}-rank{r}.log")
-            self.logs.append(log)
-            with open(log, "wb") as err:
-                self.procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                                   env=dict(base, RANK=str(r), LOCAL_RANK=str(r))))
-            self._bufs.append(b"")
-        self.ready = self.receive(self.cfg.start_timeout_s, "start-up")
+    def start(self, timeout: float) -> None:
+        super().start(timeout)
         got = {x.get("wrapper") for x in self.ready}
-        if got != {wrapper}:
-            raise BenchError(f"{self.variant}: ranks run the {', '.join(sorted(map(str, got)))} wrapper, "
-                             f"expected {wrapper}" + self._tails([0]))
+        if got != {self.wrapper}:
+            raise BenchError(f"{self.name}: ranks run the {', '.join(sorted(map(str, got)))} wrapper, "
+                             f"expected {self.wrapper}" + self._tails([0]))
 
 
 class _Scraper:
@@ -254,8 +236,8 @@ def _one_world(cfg: OverheadConfig, n: int, workdir: str, tell: Callable[[str], 
     try:
         for v in cfg.variants:
             tell(f"{n} ranks: starting {v}")
-            job = jobs[v] = _DdpJob(v, n, cfg, workdir)
-            job.start()
+            job = jobs[v] = _DdpJob(v, n, workdir)
+            job.start(cfg.start_timeout_s)
             if v == "hetobs_gloo_scraped":
                 scraper = _Scraper(job, workdir)
         order = list(cfg.variants)

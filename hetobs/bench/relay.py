@@ -23,14 +23,12 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
-from ..ports import free_port
+
+from ..launch_local import LocalJob, new_job_id
 
 __all__ = ["RELAY_SIZES", "RELAY_VARIANTS", "DEVICE_VARIANTS", "RelayBenchConfig", "RelayBenchResult", "RelayRow", "run_relay_bench"]
 
@@ -124,40 +122,24 @@ def _run_ranks(cfg: RelayBenchConfig, wcfg: dict[str, Any], link: Any, result: R
     """Both ranks to the end; their outputs (result.failure set when one failed)."""
     with tempfile.TemporaryDirectory(prefix="hetobs-relay-bench-") as tmp:
         os.chmod(tmp, 0o700)
-        port, job = free_port(), f"relaybench-{uuid.uuid4().hex[:8]}"
-        procs, logs = [], []
-        master = link.ADDRS[0] if link else "127.0.0.1"
-        for r in range(2):
-            env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR=master, MASTER_PORT=str(port),
-                       HETOBS_JOB_ID=job, HETOBS_DIR=os.path.join(tmp, "dir"),
-                       HETOBS_TRANSPORT="tcp" if link else cfg.transport,
-                       HETOBS_TIMEOUT=str(cfg.timeout_s), OMP_NUM_THREADS="1")
-            log = open(os.path.join(tmp, f"rank-{r}.err"), "w+")
-            logs.append(log)
-            argv = [sys.executable, "-m", "hetobs.bench.relay_worker", json.dumps(wcfg),
-                    os.path.join(tmp, f"rank-{r}.json")]
-            procs.append(subprocess.Popen((link.prefix(r) if link else []) + argv, env=env, stdout=log, stderr=log,
-                                          stdin=subprocess.DEVNULL, start_new_session=True))
-        deadline = time.monotonic() + cfg.timeout_s
-        try:
-            for p in procs:
-                p.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            result.failure = f"the relay benchmark took longer than {cfg.timeout_s:.0f} s"
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+        out = [os.path.join(tmp, f"rank-{r}.json") for r in range(2)]
+
+        def argv(r: int) -> list[str]:
+            cmd = [sys.executable, "-m", "hetobs.bench.relay_worker", json.dumps(wcfg), out[r]]
+            return (link.prefix(r) if link else []) + cmd
+
+        job = LocalJob(argv, 2, log_dir=tmp, hetobs_dir=os.path.join(tmp, "dir"), job_id=new_job_id("relaybench-"),
+                       master_addr=link.ADDRS[0] if link else "127.0.0.1", stdout="merge",
+                       env={"HETOBS_TRANSPORT": "tcp" if link else cfg.transport, "HETOBS_TIMEOUT": str(cfg.timeout_s),
+                            "OMP_NUM_THREADS": "1"})
+        with job:
+            if not job.wait(cfg.timeout_s):
+                result.failure = f"the relay benchmark took longer than {cfg.timeout_s:.0f} s"
         outputs = []
-        for r, (p, log) in enumerate(zip(procs, logs)):
-            log.seek(0)
-            tail = log.read()[-2000:]
-            log.close()
-            path = os.path.join(tmp, f"rank-{r}.json")
-            if result.failure is None and (p.returncode != 0 or not os.path.exists(path)):
-                result.failure = f"rank {r} exited with status {p.returncode}: {tail.strip()}"
-            if os.path.exists(path):
-                with open(path) as f:
+        for x in job.exits(lines=30):
+            if result.failure is None and (x.returncode != 0 or not os.path.exists(out[x.rank])):
+                result.failure = f"rank {x.rank} exited with status {x.returncode}: {x.stderr_tail}"
+            if os.path.exists(out[x.rank]):
+                with open(out[x.rank]) as f:
                     outputs.append(json.load(f))
     return outputs

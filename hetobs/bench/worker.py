@@ -1,7 +1,7 @@
 """One rank of a benchmark job: `python -m hetobs.bench.worker --backend hetobs|gloo|islands|mpi --op OP`.
 
-Started by hetobs.bench.runner with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and
-HETOBS_TRANSPORT for the hetobs backend) set. It speaks one JSON object per line:
+Started by hetobs.bench.backends (on hetobs.launch_local) with RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT (and HETOBS_TRANSPORT for the hetobs backend) set. It speaks one JSON object per line:
 commands on stdin, replies on the stdout it was started with (stray output of
 libraries is sent to stderr instead, so it cannot corrupt the protocol).
 The mpi backend (Open MPI through mpi4py) is started by `mpirun`, which gives ranks

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -21,7 +21,8 @@ from typing import Callable, Optional
 
 from ..config import job_root, setting
 from ..diagnosis import Options, Report, diagnose
-from ..ports import free_port
+from ..launch_local import LocalJob, new_job_id
+from ..line_reader import LineEnd, LineReader, LineTimeout
 
 __all__ = ["FAULTS", "DemoResult", "run_demo", "DemoError", "EXPECTED"]
 
@@ -76,58 +77,62 @@ def _run(*argv: str) -> None:
 
 
 class _Job:
+    """The demo's ranks: `python -m hetobs.demo.rank` on hetobs.launch_local, each printing
+    "READY <json>" once connected (read from its stdout pipe)."""
+
     def __init__(self, world: int, fault: str, culprit: int, at: int, ops: int, root: Path, hang_timeout: float,
-                 netns: Optional[str]) -> None:
-        self.job = f"demo-{uuid.uuid4().hex[:8]}"
-        self.dir = root
-        port = str(free_port())
-        self.procs: list[subprocess.Popen[str]] = []
-        for r in range(world):
-            env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
-                       HETOBS_JOB_ID=self.job, HETOBS_DIR=str(root), HETOBS_HANG_TIMEOUT=str(hang_timeout),
-                       HETOBS_TIMEOUT="120", HETOBS_CONNECT_TIMEOUT="30",
-                       HETOBS_TRANSPORT="tcp" if netns else _transport(),
-                       HETOBS_DEMO_FAULT=fault, HETOBS_DEMO_CULPRIT=str(culprit), HETOBS_DEMO_AT=str(at),
-                       HETOBS_DEMO_OPS=str(ops), HETOBS_DEBUG="ERROR", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-            env.pop("HETOBS_SECRET", None)
-            argv = [sys.executable, "-m", "hetobs.demo.rank"]
-            if netns:
-                argv = ["ip", "netns", "exec", netns, *argv]
-            self.procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                               stderr=subprocess.STDOUT, text=True, start_new_session=True))
-        self.output: dict[int, list[str]] = {r: [] for r in range(world)}
+                 netns: Optional[str], logs: Path) -> None:
+        argv = [sys.executable, "-m", "hetobs.demo.rank"]
+        if netns:
+            argv = ["ip", "netns", "exec", netns, *argv]
+        self.local = LocalJob(argv, world, log_dir=logs, hetobs_dir=root, job_id=new_job_id("demo-"),
+                              stdin="pipe", stdout="pipe",
+                              env={"HETOBS_HANG_TIMEOUT": str(hang_timeout), "HETOBS_TIMEOUT": "120",
+                                   "HETOBS_CONNECT_TIMEOUT": "30",
+                                   "HETOBS_TRANSPORT": "tcp" if netns else _transport(),
+                                   "HETOBS_DEMO_FAULT": fault, "HETOBS_DEMO_CULPRIT": str(culprit),
+                                   "HETOBS_DEMO_AT": str(at), "HETOBS_DEMO_OPS": str(ops), "HETOBS_DEBUG": "ERROR",
+                                   "OMP_NUM_THREADS": "1", "HETOBS_SECRET": None})
+        self.job = self.local.job_id
+        self.local.start()
+        self.procs = self.local.procs
+        self.lines = LineReader([p.stdout.fileno() for p in self.procs if p.stdout is not None])
 
     def ready(self, timeout: float) -> list[dict]:
-        out = []
+        """Every rank's READY card, in rank order."""
+        cards: dict[int, dict] = {}
         end = time.monotonic() + timeout
-        for r, p in enumerate(self.procs):
-            assert p.stdout is not None
-            while True:
-                if time.monotonic() > end:
-                    raise DemoError(f"rank {r} did not start within {timeout:.0f} s")
-                line = p.stdout.readline()
-                if not line:
-                    raise DemoError(f"rank {r} exited before connecting: {''.join(self.output[r])[-2000:]}")
-                self.output[r].append(line)
-                if line.startswith("READY "):
-                    out.append(json.loads(line[6:]))
-                    break
-        return out
+        while len(cards) < len(self.procs):
+            try:
+                got = self.lines.read([r for r in range(len(self.procs)) if r not in cards], end - time.monotonic())
+            except LineTimeout as e:
+                raise DemoError(f"rank(s) {e.missing} did not start within {timeout:.0f} s") from None
+            except LineEnd as e:
+                try:
+                    self.procs[e.source].wait(timeout=5)  # its stderr is complete once it exited
+                except subprocess.TimeoutExpired:
+                    pass
+                raise DemoError(f"rank {e.source} exited before connecting: {self.output(e.source)[-2000:]}") from None
+            for r, line in got.items():
+                if line.startswith(b"READY "):
+                    cards[r] = json.loads(line[6:])
+        return [cards[r] for r in range(len(self.procs))]
+
+    def go(self) -> None:
+        """Tell rank 0 that the link fault is in place."""
+        stdin = self.procs[0].stdin
+        assert stdin is not None
+        stdin.write(b"go\n")
+        stdin.flush()
+
+    def output(self, rank: int) -> str:
+        """What the rank printed (stdout as read so far, then the end of its stderr)."""
+        return self.lines.seen(rank) + self.local.tail(rank, "err", lines=40)
 
     def kill(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGCONT)
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for r, p in enumerate(self.procs):
-            try:
-                rest, _ = p.communicate(timeout=10)
-                self.output[r].append(rest or "")
-            except (subprocess.TimeoutExpired, ValueError):
-                pass
+        self.local.kill()
+        self.lines.drain(timeout=5)  # what the ranks printed after READY, for rank_output
+        self.local.close()
         for name in os.listdir("/dev/shm"):
             if name.startswith(f"hetobs-stats-{self.job}-"):
                 try:
@@ -166,15 +171,19 @@ def run_demo(*, world: int = 4, fault: str = "sleep", culprit: int = 1, at: int 
     netns = f"hetobs-demo-{uuid.uuid4().hex[:6]}" if fault == "link" else None
     t0 = time.monotonic()
     link: Optional[tuple[int, int]] = None
-    if netns:
-        _run("ip", "netns", "add", netns)
-        _run("ip", "-n", netns, "link", "set", "lo", "up")
-    job = _Job(world, fault, culprit, at, ops, root, hang_timeout, netns)
-    job_dir = root / job.job
+    logs = Path(tempfile.mkdtemp(prefix="hetobs-demo-logs-"))
+    job: Optional[_Job] = None
+    output: dict[int, str] = {}
     try:
+        if netns:
+            _run("ip", "netns", "add", netns)
+            _run("ip", "-n", netns, "link", "set", "lo", "up")
+        job = _Job(world, fault, culprit, at, ops, root, hang_timeout, netns, logs)
+        job_dir = root / job.job
         progress(f"started {world} ranks (job {job.job}); fault: {fault} on rank {culprit} at op {at}")
         cards = job.ready(60)
         if fault == "link":
+            assert netns is not None
             link = (culprit, (culprit + 1) % world)
             src = next(c for c in cards if c["rank"] == link[0])
             conn = next(lk for lk in src["links"] if lk["peer"] == link[1])
@@ -183,28 +192,27 @@ def run_demo(*, world: int = 4, fault: str = "sleep", culprit: int = 1, at: int 
             _run("ip", "netns", "exec", netns, "iptables", "-A", "OUTPUT", "-p", "tcp", "--sport", sport, "--dport",
                  dport, "-j", "DROP")
             progress(f"dropping every packet of the ring link {link[0]} -> {link[1]} (ports {sport} -> {dport})")
-            assert job.procs[0].stdin is not None
-            job.procs[0].stdin.write("go\n")
-            job.procs[0].stdin.flush()
+            job.go()
         if fault in _HANGS or fault in _ERRORS:
             live = world - (1 if fault in ("kill", "stop") else 0)
             progress("waiting for the watchdog and the dumps" if fault in _HANGS else "waiting for the error dumps")
             found = _wait(lambda: _incident_complete(job_dir, live), hang_timeout + 30)
             if fault == "kill" or fault == "mismatch":
-                _wait(lambda: all(p.poll() is not None for i, p in enumerate(job.procs) if i != culprit or
-                                  fault != "kill"), 30)
+                job.local.wait(30)  # every rank ends on the error (the killed culprit first)
             if not found:
                 progress("no complete incident appeared in time; diagnosing what is there")
         else:
             progress("running to completion")
-            _wait(lambda: all(p.poll() is not None for p in job.procs), 120)
+            job.local.wait(120)
         t_evidence = time.monotonic() - t0
         progress("diagnosing")
         report = diagnose(Options(job_dir=job_dir, job=job.job))
     finally:
-        job.kill()
+        if job is not None:
+            job.kill()
+            output = {r: job.output(r) for r in range(len(job.procs))}
+        shutil.rmtree(logs, ignore_errors=True)
         if netns:
             subprocess.run(["ip", "netns", "del", netns], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return DemoResult(report=report, job=job.job, job_dir=job_dir, fault=fault, culprit=culprit, link=link,
-                      seconds_to_evidence=t_evidence, seconds_total=time.monotonic() - t0,
-                      rank_output={r: "".join(v) for r, v in job.output.items()})
+                      seconds_to_evidence=t_evidence, seconds_total=time.monotonic() - t0, rank_output=output)
