@@ -289,7 +289,10 @@ path = _core.runtime_info()["stats_segment"]
 ext = _core.ExternalComm(0x15_1A_12, [0], 0, 4, 0, "islands:progress", island="eps")
 token = ext.begin(0, 6, 0, -1, 1, 1, 4)
 before = stats.read_segment(path).last_progress_ns
-while time.time_ns() < before + 5_000_000:  # let the clock move past the last progress (no waiting on anyone)
+# Progress is stamped from the monotonic clock (shown as wall time through a fixed offset), so move
+# that clock 5 ms past the moment `before` was read; the wall clock may be slewed against it.
+moved = time.monotonic_ns() + 5_000_000
+while time.monotonic_ns() < moved:
     pass
 ext.set_phase(token, "wire")
 after = stats.read_segment(path).last_progress_ns

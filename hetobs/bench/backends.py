@@ -14,6 +14,7 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
+from ..config import setting
 from ..launch_local import new_job_id
 from .mpi_job import MpiWorkers
 from .workers import LocalWorkers, WorkerJob
@@ -109,5 +110,5 @@ def backend_job(name: str, cfg: "BenchConfig", workdir: str) -> WorkerJob:
     argv = [sys.executable, "-m", "hetobs.bench.worker", "--backend", kind, "--op", cfg.op, "--dtype", cfg.dtype,
             "--timeout", str(op_timeout)]
     return LocalWorkers(name, argv, n, log_dir=workdir,
-                        hetobs_dir=os.environ.get("HETOBS_DIR") or os.path.join(workdir, "hetobs"),
+                        hetobs_dir=setting("HETOBS_DIR") or os.path.join(workdir, "hetobs"),
                         job_id=new_job_id(f"bench-{name}-"), env=env, rank_env=rank_env)
