@@ -14,6 +14,7 @@
 #include "hetobs/observe/exit_signal.h"
 #include "hetobs/observe/observed.h"
 #include "hetobs/common/clock.h"
+#include "hetobs/common/env_config.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/hmac.h"
 #include "hetobs/common/json.h"
@@ -93,6 +94,7 @@ Runtime& Runtime::init(const RuntimeConfig& cfg) {
 
 Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg), jobDir_(cfg.dir, cfg.job) {
   startWallNs_ = wallNs();
+  suspect_ = suspectSettings();
   raiseFileLimit(cfg.world_size);
   host_ = localHostname();
   stats::SegmentConfig sc;
