@@ -72,7 +72,8 @@ void Runtime::sampleLinkHealthWhenDue() {
 
 namespace {
 
-// The ops issued on a communicator up to and including this one (stall_history.h).
+// How many ops of its kind the communicator has issued up to and including this one: its
+// collective seq, or its p2p seq for a p2p op (stall_history.h; the record carries the one).
 uint64_t opIndex(const OpRecord& r) { return r.coll_seq + r.p2p_seq; }
 
 }  // namespace
