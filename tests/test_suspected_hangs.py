@@ -107,26 +107,30 @@ def test_a_stopped_rank_is_suspected_within_the_floor_named_and_then_confirmed(t
     assert "suspected hang: all_reduce" in stderr and "hang confirmed" in stderr
 
 
-def test_a_pause_that_ends_is_marked_resolved_and_blames_nobody(tmp_path: Path) -> None:
+def test_a_pause_that_ends_is_marked_resolved_blames_nobody_and_is_learned(tmp_path: Path) -> None:
+    """Rank 1 pauses 3.5 s three times: in start-up (round 1: the communicator is not armed), in
+    steady state (round 40: suspected, then resolved) and again (round 80: a wait the job has
+    shown, 4 x 3.5 s is the threshold now: not suspected)."""
     stop = tmp_path / "stop"
     body = loop_program("""
-        if i == 40 and comm.rank == 1:
-            print("PAUSE", time.time(), flush=True)
+        if i in (1, 40, 80) and comm.rank == 1:
+            print("PAUSE", i, flush=True)
             time.sleep(3.5)  # an evaluation on one rank
         x = np.ones(256, np.float32)
         comm.all_reduce(x)
         assert x[0] == 3
     """, stop=str(stop), setup="import json", finish=METRICS)
     with InlineJob(body, 3, tmp_path, env=EARLY) as job:
-        job.wait_line(1, "PAUSE", 60)
-        wait_until(lambda: _suspected(job), FLOOR_S + 10, "a suspected incident")
-        [incident] = _suspected(job)
-        wait_until(lambda: _state(job, incident, "resolved") is not None, 10, "the resolution")
-        stop.touch()
+        for _ in range(3):
+            job.wait_line(1, "PAUSE", 60)
+        stop.touch()  # the loop ends after the round of the last pause: its op completes first
         runs = job.wait(60)
+    [incident] = _suspected(job)  # the round-40 pause only
+    assert os.listdir(_incidents(job)) == [incident]
     assert all(r.returncode == 0 for r in runs), [r.stderr[-2000:] for r in runs]
     resolved = _state(job, incident, "resolved")
     assert resolved["verdict"] == "slow, not hung" and resolved["op"] == "all_reduce", resolved
+    assert resolved["seq"] >= 2 * 40, resolved  # two ops a round: the round-40 pause, not the start-up one
     # The op started before the pause ended, so it lasted less than the pause, and past the floor.
     assert FLOOR_S <= resolved["duration_s"] <= 3.5 + 1.0, resolved
     assert resolved["stalled_s"] >= FLOOR_S, resolved
