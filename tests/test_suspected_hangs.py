@@ -146,6 +146,26 @@ def test_a_pause_that_ends_is_marked_resolved_blames_nobody_and_is_learned(tmp_p
     assert "slow, not hung" in report.suspicion["summary"]
 
 
+def test_a_slow_op_that_ends_just_before_the_job_does_is_still_marked_resolved(tmp_path: Path) -> None:
+    """The slow op completes and the job exits within one watchdog tick: the exit marks it."""
+    body = """
+import time, numpy as np, hetobs
+comm = hetobs.init()
+x = np.ones(16, np.float32)
+for i in range(40):
+    if i == 30 and comm.rank == 1:
+        time.sleep(2.5)
+    comm.all_reduce(x)
+comm.close()
+"""
+    with InlineJob(body, 2, tmp_path, env=EARLY) as job:
+        runs = job.wait(60)
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-2000:] for r in runs]
+    [incident] = _suspected(job)
+    resolved = _state(job, incident, "resolved")
+    assert resolved is not None and resolved["rank"] == 0 and resolved["duration_s"] >= FLOOR_S, resolved
+
+
 def test_the_counters_are_read_where_the_native_header_keeps_them() -> None:
     from hetobs import _core, stats
     layout = _core.stats_layout()

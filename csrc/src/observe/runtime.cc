@@ -247,6 +247,9 @@ void Runtime::writeMetadata() {
 }
 
 void Runtime::markExit(bool clean) {
+  // A suspected op that completed since the watchdog's last tick: marked resolved now, or the
+  // incident would say "suspected" for good (a job often ends right after its slow op).
+  if (!exited_.load()) endSuspicionsAtExit();
   // A hang seen here whose spread has not reached us yet: write what this rank saw now
   // (the coordinator's spread covers the others), or it would be lost with the process.
   std::vector<DumpRequest> unreached;

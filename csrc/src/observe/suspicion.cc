@@ -6,7 +6,10 @@
 // The marks are small files beside the incident's dumps (incidents/<id>/{suspected,resolved,
 // confirmed}.json, docs/dump-schema.md "Incident state"), each created once, by the first rank
 // to get there, so ranks never overwrite each other's word. Watchdog thread only.
+#include <algorithm>
 #include <functional>
+
+#include <unistd.h>
 
 #include "hetobs/common/clock.h"
 #include "hetobs/common/error.h"
@@ -68,6 +71,7 @@ void Runtime::suspectHang(Observed& comm, const Observed::InFlight& f, const OpR
   s.op = opName(OpKind(r.op));
   s.seq = int64_t(p2p ? r.p2p_seq : r.coll_seq);
   s.comm_id = r.comm_id;
+  s.stalled_ns = quietNs;
   suspicions_[comm.observedId()] = s;
   stats_->header()->hangs_suspected.fetch_add(1);
   std::string what = strFormat(
@@ -98,33 +102,50 @@ void Runtime::suspectHang(Observed& comm, const Observed::InFlight& f, const OpR
 void Runtime::opLeftFlight(uint64_t commId, StallHistory& h, const StallHistory::Left& left) {
   OpRecord done{};
   bool known = Recorder::instance().get(left.record_id, &done);
-  // A record already overwritten (a fast loop wraps the ring within a tick) was finished; a
-  // failed op fails its communicator and says so in its own error dump.
-  bool completed = !known || OpState(done.state) == OpState::kCompleted;
-  if (completed && left.teaches) h.learn(left.longest_quiet_ns);
+  // A record already overwritten (a fast loop wraps the ring within a tick) was finished.
+  if ((!known || OpState(done.state) == OpState::kCompleted) && left.teaches) h.learn(left.longest_quiet_ns);
   auto it = suspicions_.find(commId);
   if (it == suspicions_.end() || it->second.record_id != left.record_id) return;
-  Suspicion s = it->second;
+  it->second.stalled_ns = std::max(it->second.stalled_ns, left.longest_quiet_ns);
+  endSuspicion(it->second);
   suspicions_.erase(it);
+}
+
+void Runtime::endSuspicion(const Suspicion& s) {
   if (s.confirmed) return;  // a confirmed hang stays one
-  if (!completed) {
+  OpRecord done{};
+  bool known = Recorder::instance().get(s.record_id, &done);
+  OpState state = known ? OpState(done.state) : OpState::kCompleted;  // overwritten: it had finished
+  if (state == OpState::kFailed) {
     HETOBS_WARN("suspected hang %s: the op failed (%s); its error dump tells why", s.incident.c_str(), done.error);
+    return;
+  }
+  if (state != OpState::kCompleted) return;  // still running as its communicator went away: no word
+  // Another rank's watchdog reached HETOBS_HANG_TIMEOUT first: a confirmed hang stays one.
+  if (access(jobDir_.incidentStateFile(s.incident, "confirmed").c_str(), F_OK) == 0) {
+    HETOBS_WARN("suspected hang %s: the op completed after the hang was confirmed", s.incident.c_str());
     return;
   }
   stats_->header()->hangs_resolved.fetch_add(1);
   double duration = known && done.t_end_ns && done.t_start_ns ? double(done.t_end_ns - done.t_start_ns) / 1e9 : -1;
   HETOBS_WARN("suspected hang %s resolved: %s seq %lld completed, slow, not hung (no progress for at least %.1f s%s)",
-              s.incident.c_str(), s.op.c_str(), (long long)s.seq, double(left.longest_quiet_ns) / 1e9,
+              s.incident.c_str(), s.op.c_str(), (long long)s.seq, double(s.stalled_ns) / 1e9,
               duration >= 0 ? strFormat("; the op took %.1f s", duration).c_str() : "");
   writeIncidentState(s.incident, "resolved", stateJson("resolved", cfg_.job, s.incident, cfg_.rank, [&](JsonWriter& w) {
     w.field("comm_id", s.comm_id).field("op", s.op).field("seq", s.seq);
     w.field("suspected_ns", s.suspected_wall_ns);
     // The longest time without progress the watchdog saw (to a tick), and the op's own length.
-    w.field("stalled_s", double(left.longest_quiet_ns) / 1e9);
+    w.field("stalled_s", double(s.stalled_ns) / 1e9);
     if (duration >= 0) w.field("duration_s", duration);
     else w.nullField("duration_s");
     w.field("verdict", "slow, not hung");
   }));
+}
+
+void Runtime::endSuspicionsAtExit() {
+  std::lock_guard<std::mutex> g(suspectMu_);
+  for (auto& [comm, s] : suspicions_) endSuspicion(s);
+  suspicions_.clear();
 }
 
 bool Runtime::confirmSuspicion(Observed& comm, uint64_t recordId, const std::string& what) {

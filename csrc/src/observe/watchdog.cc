@@ -17,6 +17,9 @@
 #include "hetobs/record/recorder.h"
 
 namespace hetobs {
+namespace {
+constexpr int64_t kOversleepNs = 1000000000;  // a poll this late past its tick: the process did not run
+}  // namespace
 
 void Runtime::watchdogLoop() {
   // Signals meant for Python's stack dumper or the user's dump signal go to other threads.
@@ -30,7 +33,12 @@ void Runtime::watchdogLoop() {
   if (bwLog_ && bwLog_->enabled()) tickNs = std::min<int64_t>(tickNs, 100000000);
   for (;;) {
     pollfd p{wakeFd_, POLLIN, 0};
+    int64_t slept = monoNs();
     poll(&p, 1, int(tickNs / 1000000));
+    // Woke far past the tick: this process was stopped (SIGSTOP, a frozen host) or not run. Its
+    // ops' quiet time up to now tells nothing of its peers: a rank resumed from a stop would
+    // otherwise suspect (and learn) its own freeze. The fixed timeout still counts it all.
+    if (monoNs() - slept > tickNs + kOversleepNs) resumedAtNs_ = monoNs();
     uint64_t signals = 0;
     if (p.revents & POLLIN) {
       ssize_t rc = read(wakeFd_, &signals, sizeof signals);
@@ -104,6 +112,7 @@ DumpRequest Runtime::hangRequest(const Observed::InFlight& f, const OpRecord& r,
 void Runtime::checkHangs() {
   const int64_t now = monoNs();
   const int64_t limit = secondsToNs(cfg_.hang_timeout_s);  // inf: never a hang
+  std::lock_guard<std::mutex> early(suspectMu_);
   std::set<uint64_t> live;
   for (auto& comm : comms()) {
     const uint64_t id = comm->observedId();
@@ -112,14 +121,18 @@ void Runtime::checkHangs() {
     OpRecord r{};
     bool busy = comm->inFlight(&f) && Recorder::instance().get(f.record_id, &r);
     int64_t quiet = busy ? now - f.last_progress_ns : 0;
+    int64_t early = busy ? now - std::max(f.last_progress_ns, resumedAtNs_) : 0;  // the early stage's quiet
     StallHistory& history = stalls_[id];
-    StallHistory::Left left = history.look(busy, busy ? f.record_id : 0, busy ? opIndex(r) : 0, quiet, suspect_);
+    StallHistory::Left left = history.look(busy, busy ? f.record_id : 0, busy ? opIndex(r) : 0, early, suspect_);
     if (left.left) opLeftFlight(id, history, left);
     if (!busy) continue;
+    auto suspected = suspicions_.find(id);
+    if (suspected != suspicions_.end() && suspected->second.record_id == f.record_id)
+      suspected->second.stalled_ns = std::max(suspected->second.stalled_ns, early);
     bool p2p = isP2P(OpKind(r.op));
     if (quiet < limit) {
       int64_t threshold = history.thresholdNs(opIndex(r), suspect_);
-      if (threshold < limit && quiet >= threshold) suspectHang(*comm, f, r, quiet, threshold, history);
+      if (threshold < limit && early >= threshold) suspectHang(*comm, f, r, early, threshold, history);
       continue;
     }
     std::string what = strFormat("%s seq %llu on comm %llu: no progress for %.1f s (HETOBS_HANG_TIMEOUT=%g), waiting on %s",
@@ -149,8 +162,14 @@ void Runtime::checkHangs() {
   }
   // Communicators gone since: their history and suspicions go with them.
   for (auto it = stalls_.begin(); it != stalls_.end();) it = live.count(it->first) ? std::next(it) : stalls_.erase(it);
-  for (auto it = suspicions_.begin(); it != suspicions_.end();)
-    it = live.count(it->first) ? std::next(it) : suspicions_.erase(it);
+  for (auto it = suspicions_.begin(); it != suspicions_.end();) {
+    if (live.count(it->first)) {
+      ++it;
+      continue;
+    }
+    endSuspicion(it->second);
+    it = suspicions_.erase(it);
+  }
 }
 
 }  // namespace hetobs

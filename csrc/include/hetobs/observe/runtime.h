@@ -132,7 +132,7 @@ class Runtime {
   explicit Runtime(const RuntimeConfig& cfg);
   void watchdogLoop();
   void checkHangs();
-  // The early stage (stall_history.h), watchdog thread only: an op quiet past its communicator's
+  // The early stage (stall_history.h), watchdog thread (and markExit, under suspectMu_): an op quiet past its communicator's
   // threshold is dumped as a suspected hang; when it completes the incident is marked resolved,
   // when HETOBS_HANG_TIMEOUT passes it is confirmed (the same incident, upgraded).
   struct Suspicion {
@@ -143,11 +143,21 @@ class Runtime {
     std::string op;
     int64_t seq = -1;
     uint64_t comm_id = 0;
+    int64_t stalled_ns = 0;  // the longest quiet time seen in it so far
     bool confirmed = false;
   };
   void suspectHang(Observed& comm, const Observed::InFlight& f, const OpRecord& r, int64_t quietNs,
                    int64_t thresholdNs, const StallHistory& h);
   void opLeftFlight(uint64_t commId, StallHistory& h, const StallHistory::Left& left);
+  // A suspected op no longer watched (it left flight, its communicator went away, the process
+  // exits): marked resolved if its record says it completed (or was overwritten: finished).
+  void endSuspicion(const Suspicion& s);
+  // markExit: a suspected op that completed since the last tick is resolved before the process goes.
+  void endSuspicionsAtExit();
+  std::mutex suspectMu_;  // the early stage's state below: the watchdog's ticks and markExit
+  // When the watchdog last woke long past its tick (this process was stopped or not run): the
+  // early stage measures quiet time from then, never across this process's own freeze.
+  int64_t resumedAtNs_ = 0;  // watchdog thread only
   // True when the hang of this op was suspected here: upgraded to confirmed (not dumped again).
   bool confirmSuspicion(Observed& comm, uint64_t recordId, const std::string& what);
   DumpRequest hangRequest(const Observed::InFlight& f, const OpRecord& r, const std::string& what) const;
