@@ -143,6 +143,9 @@ def render(report: Report) -> None:
     head.append(f" ({report.source}, {report.world_size or '?'} ranks): ")
     head.append(report.status.value.upper(), style=style)
     out.print(head)
+    if report.suspicion is not None:  # a suspected hang: resolved (slow, not hung), or not (yet)
+        out.print(Text(str(report.suspicion.get("summary")),
+                       style="green" if report.suspicion.get("state") == "resolved" else "yellow"))
 
     if report.verdicts:
         t = Table(title="verdicts", title_justify="left")

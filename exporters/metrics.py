@@ -100,6 +100,8 @@ def _rank_metrics(f: dict[str, Family], job: str, e: RankEntry, now: int) -> Non
     f["hetobs_heartbeat_age_seconds"].samples.append((rl, max(0.0, (now - st.heartbeat_ns) / 1e9)))
     f["hetobs_hang_timeout_seconds"].samples.append((rl, st.hang_timeout_s))
     f["hetobs_hangs_detected"].samples.append((rl, float(st.hangs_detected)))
+    f["hetobs_hangs_suspected"].samples.append((rl, float(st.hangs_suspected)))
+    f["hetobs_hangs_resolved"].samples.append((rl, float(st.hangs_resolved)))
     f["hetobs_dumps_written"].samples.append((rl, float(st.dumps_written)))
     if st.island_totals is not None:
         _island_metrics(f, (job, str(e.rank), st.island), st)

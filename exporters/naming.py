@@ -119,6 +119,11 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("hetobs_hang_timeout_seconds", "gauge", "seconds", RANK,
        "The rank's HETOBS_HANG_TIMEOUT: seconds without progress in an op before the watchdog dumps."),
     _m("hetobs_hangs_detected", "counter", "", RANK, "Hangs the rank's watchdog detected."),
+    _m("hetobs_hangs_suspected", "counter", "", RANK,
+       "Suspected hangs the rank's watchdog dumped early: an op without progress far longer than its "
+       "communicator's history (HETOBS_SUSPECT_*); the job is not touched."),
+    _m("hetobs_hangs_resolved", "counter", "", RANK,
+       "Suspected hangs whose op then completed on this rank: slow, not hung (the incident is marked resolved)."),
     _m("hetobs_dumps_written", "counter", "", RANK, "Dumps the rank wrote (hang, error, on demand, signal)."),
     # --- per communicator ------------------------------------------------------------------
     _m("hetobs_inflight_ops", "gauge", "", COMM, "1 while an op runs on this communicator, else 0."),

@@ -65,7 +65,8 @@ def _rank_row(e: RankEntry, old: RankEntry | None, now: int, window_s: float | N
                current=_current(st, now),
                seconds_since_progress=seconds_since_progress(st, now),
                heartbeat_age_s=max(0.0, (now - st.heartbeat_ns) / 1e9), hang_timeout_s=st.hang_timeout_s,
-               hangs_detected=st.hangs_detected, dumps_written=st.dumps_written,
+               hangs_detected=st.hangs_detected, hangs_suspected=st.hangs_suspected,
+               hangs_resolved=st.hangs_resolved, dumps_written=st.dumps_written,
                last_seq={str(c.comm_id): c.coll_seq for c in st.comms},
                busy_share=busy_share(st.records, st.world_size) if st.records else None)
     if window_s is None:

@@ -106,6 +106,16 @@ SETTINGS: Tuple[Spec, ...] = (
          "Op records kept per rank (ring, oldest finished op overwritten; an op in flight keeps its record)."),
     _float("HETOBS_HANG_TIMEOUT", "300", 0.1,
            "Seconds without progress in an op before the watchdog dumps every rank (inf: never)."),
+    _float("HETOBS_SUSPECT_FACTOR", "4", 1.0,
+           "Suspected hang: an op without progress this many times longer than the longest wait the watchdog has "
+           "seen in a completed op of its communicator is dumped job-wide at once, marked suspected (the job is "
+           "not touched; HETOBS_HANG_TIMEOUT confirms)."),
+    _float("HETOBS_SUSPECT_FLOOR", "5", 0.1,
+           "Seconds without progress before any op can be a suspected hang, whatever the history (inf: no "
+           "suspected stage, only HETOBS_HANG_TIMEOUT)."),
+    _int("HETOBS_SUSPECT_HISTORY", "20", 0, 1 << 30,
+         "Ops a communicator issues before its waits are history (start-up: connections, ranks still loading); "
+         "suspicion arms once as many more were issued."),
     _flag("HETOBS_WATCHDOG", "1", "0 turns off the watchdog, dumps, side-channel requests and the stats segment."),
     _flag("HETOBS_ABORT_ON_HANG", "0",
           "1: after the hang dump, fail the stuck op with an error instead of waiting."),

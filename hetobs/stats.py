@@ -52,6 +52,10 @@ ISLAND_PHASES = ("vendor", "d2h", "wire", "h2d")
 _HEADER = struct.Struct("<8sII" "IIIIII" "QQQQ" "iiii" "Q" "64s64s" "d" "qq" "QQQ" "III" "I" "q" "16s" "QQQQ" "QQ")
 _HEADER_V4 = struct.Struct("<16s16s")  # version 4: the island's device and library, after _HEADER
 _HEADER_V5 = struct.Struct("<40s")  # version 5: the boot id, after _HEADER_V4
+# Appended to version 5 without a bump (a segment of an older build reads zeros there, which
+# is true of it): suspected hangs dumped and resolved, 8-aligned after the boot id.
+_HEADER_SUSPECT = struct.Struct("<QQ")
+_SUSPECT_AT = (_HEADER.size + _HEADER_V4.size + _HEADER_V5.size + 7) // 8 * 8
 _HEADER_FIELDS = (
     "magic", "version", "header_bytes",
     "comm_capacity", "comm_bytes", "link_capacity", "link_bytes", "record_capacity", "record_bytes",
@@ -156,6 +160,8 @@ class RankStats:
     island_library: str = ""  # the collective library inside it (nccl, hccl, sccl, gloo, hetobs)
     island_totals: IslandTotals | None = None  # None when `island` is ""
     boot_id: str = ""  # the machine's boot the segment was made in ("" before layout 5: not known)
+    hangs_suspected: int = 0  # suspected hangs this rank's watchdog dumped (docs/early-hangs.md)
+    hangs_resolved: int = 0   # of them, those whose op then completed: slow, not hung
 
     @property
     def stale(self) -> bool:
@@ -346,6 +352,7 @@ def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankSta
         island = _cstr(h["island"])
         device, library = _HEADER_V4.unpack_from(buf, _HEADER.size) if h["version"] >= 4 else (b"", b"")
         boot = _cstr(_HEADER_V5.unpack_from(buf, _HEADER.size + _HEADER_V4.size)[0]) if h["version"] >= 5 else ""
+        suspected, resolved = _HEADER_SUSPECT.unpack_from(buf, _SUSPECT_AT) if h["version"] >= 5 else (0, 0)
         return RankStats(
             path=path, job=_cstr(h["job"]), rank=h["rank"], world_size=h["world_size"], pid=h["pid"],
             host=_cstr(h["host"]), process_start_ticks=h["process_start_ticks"], hang_timeout_s=h["hang_timeout_s"],
@@ -353,7 +360,8 @@ def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankSta
             hangs_detected=h["hangs_detected"], dumps_written=h["dumps_written"], exited_cleanly=h["state"] == 1,
             process=process_state(h["pid"], h["process_start_ticks"], proc, boot=boot), comms=comms, links=links,
             records=recs, island=island, island_device=_cstr(device) if island else "",
-            island_library=_cstr(library) if island else "", boot_id=boot,
+            island_library=_cstr(library) if island else "", boot_id=boot, hangs_suspected=suspected,
+            hangs_resolved=resolved,
             island_totals=IslandTotals({p: h[f"island_{p}_ns"] for p in ISLAND_PHASES}, h["island_chunks"],
                                        h["island_ops"]) if island else None)
     except struct.error as e:

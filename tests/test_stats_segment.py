@@ -56,7 +56,9 @@ def test_layout_matches_the_native_structs() -> None:
     from hetobs import _core
 
     native = _core.stats_layout()
-    assert native["sizeof.StatsHeader"] == stats._HEADER.size + stats._HEADER_V4.size + stats._HEADER_V5.size
+    # Version 5 then the suspected-hang counters appended to it (8-aligned after the boot id).
+    assert stats._SUSPECT_AT == (stats._HEADER.size + stats._HEADER_V4.size + stats._HEADER_V5.size + 7) // 8 * 8
+    assert native["sizeof.StatsHeader"] == stats._SUSPECT_AT + stats._HEADER_SUSPECT.size
     assert native["sizeof.CommStats"] == stats._COMM_HEAD.size + len(stats.OP_KINDS) * stats._OPKIND.size
     assert native["sizeof.LinkStats"] == stats._LINK.size + stats._HEALTH.size
     assert native["LinkStats.health"] == stats._LINK.size  # appended: shorter-layout readers skip it

@@ -187,6 +187,7 @@ void registerRecords(py::module_& m) {
     OFF(StatsHeader, links_used); OFF(StatsHeader, wall_minus_mono_ns); OFF(StatsHeader, island);
     OFF(StatsHeader, island_vendor_ns); OFF(StatsHeader, island_ops); OFF(StatsHeader, island_device);
     OFF(StatsHeader, island_library); OFF(StatsHeader, boot_id);
+    OFF(StatsHeader, hangs_suspected); OFF(StatsHeader, hangs_resolved);
     OFF(CommStats, comm_id); OFF(CommStats, coll_seq); OFF(CommStats, inflight_record); OFF(CommStats, failed);
     OFF(CommStats, ops);
     OFF(LinkStats, transport); OFF(LinkStats, counters); OFF(LinkStats, progress); OFF(LinkStats, health);

@@ -38,6 +38,7 @@ from .progress import walk
 from .ranktable import rank_table
 from .reach import Reach, assess, verdict_for
 from .summary import RankDump
+from .suspicion import read_state
 from .transport import transport_verdicts
 from .types import CommKey, DataProblem, Options, RankState, Report, Status, Verdict, VerdictKind
 from .waits import WaitGraph, build_wait_graph
@@ -82,9 +83,18 @@ def diagnose(options: Options) -> Report:
         notes.append(f"the window ends at incident {job.incident}, not now: no fresh dump of a live job was taken")
     report = Report(job=job.job, status=Status.NO_DATA, data_problems=list(job.problems), incident=job.incident,
                     source=job.source, world_size=job.world_size, notes=notes)
+    state = read_state(job) if job.source == "hetobs" else None
+    if state is not None:
+        report.suspicion = state.to_dict()
     if not job.dumps:
         return _without_dumps(job, report)
-    stall_s = options.stall_s if options.stall_s is not None else 0.9 * (job.hang_timeout_s() or DEFAULT_HANG_TIMEOUT_S)
+    if state is not None and state.state == "resolved":
+        # The op completed: its ranks were slow, not hung, and nobody is to blame for it.
+        report.status = Status.HEALTHY
+        return report
+    # A suspected incident's dumps were taken seconds into the stall: judge them at that stall.
+    stall_s = options.stall_s if options.stall_s is not None else 0.9 * (
+        state.threshold_s if state is not None and state.threshold_s else job.hang_timeout_s() or DEFAULT_HANG_TIMEOUT_S)
     # The loaded job is millions of acyclic objects: every collection the stages' allocations set off
     # would walk them all again (~30% of the CPU time at 16,384 ranks).
     with paused_gc():

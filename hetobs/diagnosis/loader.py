@@ -153,6 +153,15 @@ def _incident_names(incidents: SafeDir, problems: Optional[list[DataProblem]]) -
     return names
 
 
+def _suspected_only(folder: SafeDir) -> bool:
+    """A watchdog suspected this incident early, and it was neither resolved nor confirmed (suspicion.py)."""
+    try:
+        names = {n for n, _ in folder.entries()}
+    except OSError:
+        return False
+    return "suspected.json" in names and not names & {"resolved.json", "confirmed.json"}
+
+
 def list_incidents(job_dir: Path) -> list[str]:
     """Incident ids under `job_dir/incidents` (real directories only; links are not incidents)."""
     try:
@@ -172,12 +181,15 @@ def list_incidents(job_dir: Path) -> list[str]:
 _SAME_EVENT_NS = 10_000_000_000
 
 
-def _latest_complete(names: list[str], times: dict[str, Optional[int]], dumps: dict[str, int]) -> str:
+def _latest_complete(names: list[str], times: dict[str, Optional[int]], dumps: dict[str, int],
+                     suspected: frozenset[str] = frozenset()) -> str:
     """Of the incidents of the latest event, the one with the most rank dumps (then the latest):
-    the one every rank it reached dumped into, not one that only a few ranks shared."""
+    the one every rank it reached dumped into, not one that only a few ranks shared. An incident
+    a watchdog only suspected (suspicion.py) yields to another of the same event: the failure its
+    op then met (an error incident) says more than the early dump did."""
     latest = max((t for t in times.values() if t is not None), default=None)
     recent = [n for n in names if latest is None or (times[n] is not None and latest - times[n] <= _SAME_EVENT_NS)]
-    return max(recent or names, key=lambda n: (dumps[n], times[n] is not None, times[n] or 0, n))
+    return max(recent or names, key=lambda n: (n not in suspected, dumps[n], times[n] is not None, times[n] or 0, n))
 
 
 # A failure's incident is named by the op that failed (error-c<comm>-s<seq>). The two ends
@@ -394,6 +406,7 @@ def _load_incident(job: LoadedJob, root: SafeDir, ranks_dir: Optional[SafeDir], 
     elif chosen is None and job.incidents:
         assert incidents_dir is not None
         dumps: dict[str, int] = {}
+        suspected: set[str] = set()
         for name in job.incidents:
             sub = _subdir(incidents_dir, name, None)
             times[name], dumps[name] = None, 0
@@ -401,7 +414,9 @@ def _load_incident(job: LoadedJob, root: SafeDir, ranks_dir: Optional[SafeDir], 
                 with sub:
                     times[name] = _incident_time(sub)
                     dumps[name] = len(_rank_files(sub, []))
-        chosen = _latest_complete(job.incidents, times, dumps)
+                    if _suspected_only(sub):
+                        suspected.add(name)
+        chosen = _latest_complete(job.incidents, times, dumps, frozenset(suspected))
     job.incident = chosen
     incident_dir = _subdir(incidents_dir, chosen, job.problems) if chosen and incidents_dir is not None else None
     refused: set[int] = set()

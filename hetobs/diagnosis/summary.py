@@ -385,6 +385,8 @@ class RankDump:
     comms: dict[CommKey, CommView] = field(default_factory=dict)
     world_size: Optional[int] = None
     incident: Optional[str] = None
+    # The stall at which this rank's watchdog suspected the hang (the dump's `suspected`), else None.
+    suspect_threshold_s: Optional[float] = None
 
 
 @dataclass(slots=True)
@@ -546,6 +548,8 @@ def dump_from_doc(doc: dict[str, Any], records: list[dict[str, Any]], path: str,
         answered=_ranks(sc.get("answered")), unanswered=_ranks(sc.get("unanswered")),
         python_status=_str(py.get("status")), where=innermost_frame(py.get("stacks")),
         world_size=_int(doc.get("world_size")), incident=_str(doc.get("incident")),
+        suspect_threshold_s=_num(doc["suspected"].get("threshold_s")) if isinstance(doc.get("suspected"), dict)
+        else None,
     )
     for c in _list(doc.get("comms")):
         if isinstance(c, dict):

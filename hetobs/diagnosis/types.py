@@ -160,6 +160,9 @@ class Report:
     source: str = "hetobs"  # or "flight_recorder"
     world_size: Optional[int] = None
     notes: list[str] = field(default_factory=list)
+    # A suspected hang's state (suspicion.IncidentState.to_dict): suspected, resolved (slow, not
+    # hung: nobody is blamed) or confirmed; None for an incident no watchdog suspected.
+    suspicion: Optional[dict[str, Any]] = None
 
     @property
     def faults(self) -> list[Verdict]:
@@ -177,6 +180,7 @@ class Report:
             "ranks": [r.to_dict() for r in self.ranks],
             "exclude_hosts": list(self.exclude_hosts),
             "notes": list(self.notes),
+            "suspicion": self.suspicion,
         }
 
     def to_json(self, **kw: Any) -> str:
@@ -205,7 +209,8 @@ class Options:
 
     `proc_root` and `host_key` exist so tests can fake /proc and "this host";
     `now_ns` fixes the clock. `stall_s` overrides the time without progress after
-    which an in-flight op counts as stuck (default: 0.9 x the dumps' hang timeout).
+    which an in-flight op counts as stuck (default: 0.9 x the dumps' hang timeout, or of the stall at
+    which a suspected incident was dumped: suspicion.py).
     """
 
     job_dir: Optional[Path] = None

@@ -275,6 +275,32 @@ NetSettings netSettings() {
   return cached;
 }
 
+SuspectSettings suspectSettings() {
+  static const SuspectSettings cached = [] {
+    SuspectSettings v;
+    v.factor = strtod(settingRow("HETOBS_SUSPECT_FACTOR", SettingKind::kFloat).dflt, nullptr);
+    v.floor_s = strtod(settingRow("HETOBS_SUSPECT_FLOOR", SettingKind::kFloat).dflt, nullptr);
+    v.history_ops = uint64_t(strtoull(settingRow("HETOBS_SUSPECT_HISTORY", SettingKind::kInt).dflt, nullptr, 10));
+    try {
+      v.factor = numberSetting("HETOBS_SUSPECT_FACTOR");
+    } catch (const BadSetting& b) {
+      HETOBS_WARN("%s; using %g", b.message.c_str(), v.factor);
+    }
+    try {
+      v.floor_s = numberSetting("HETOBS_SUSPECT_FLOOR");
+    } catch (const BadSetting& b) {
+      HETOBS_WARN("%s; using %g", b.message.c_str(), v.floor_s);
+    }
+    try {
+      v.history_ops = uint64_t(intSetting("HETOBS_SUSPECT_HISTORY"));
+    } catch (const BadSetting& b) {
+      HETOBS_WARN("%s; using %llu", b.message.c_str(), (unsigned long long)v.history_ops);
+    }
+    return v;
+  }();
+  return cached;
+}
+
 uint64_t shmSingleCopyBytes() {
   static const uint64_t cached = [] {
     uint64_t v = uint64_t(strtoull(settingRow("HETOBS_SHM_SINGLE_COPY_BYTES", SettingKind::kInt).dflt, nullptr, 10));
@@ -401,6 +427,9 @@ bool readEnvSettings(EnvSettings* out, std::string* error) {
     s.bw_log_file = textSetting("HETOBS_BW_LOG_FILE");
     intSetting("HETOBS_CONNECT_RETRIES");  // validated here for entry points without Python
     numberSetting("HETOBS_RECONNECT_TIMEOUT");
+    numberSetting("HETOBS_SUSPECT_FACTOR");
+    numberSetting("HETOBS_SUSPECT_FLOOR");
+    intSetting("HETOBS_SUSPECT_HISTORY");
     *out = std::move(s);
     return true;
   } catch (const BadSetting& b) {

@@ -174,6 +174,14 @@ std::string Runtime::dump(const DumpRequest& asked) {
     w.field("time_ns", nowWall);
     if (req.hang_detected_ns > 0) w.field("hang_detected_ns", req.hang_detected_ns);
     else w.nullField("hang_detected_ns");
+    if (req.suspect.on) {  // this rank's watchdog suspected the hang (docs/early-hangs.md)
+      w.key("suspected").beginObject();
+      w.field("quiet_s", req.suspect.quiet_s).field("threshold_s", req.suspect.threshold_s);
+      w.field("longest_wait_s", req.suspect.longest_wait_s).field("learned_ops", req.suspect.learned_ops);
+      w.endObject();
+    } else {
+      w.nullField("suspected");
+    }
     w.field("heartbeat_ns", stats_->header()->heartbeat_ns.load());
     w.field("last_progress_ns", stats_->header()->last_progress_ns.load());
     w.field("hang_timeout_s", cfg_.hang_timeout_s);

@@ -107,6 +107,19 @@ bool JobDir::writeDump(const std::string& incident, int rank, const std::string&
   return atomicWrite(dumpFile(incident, rank), json, !replace);
 }
 
+std::string JobDir::incidentStateFile(const std::string& incident, const std::string& state) const {
+  return incidentDir(incident) + "/" + state + ".json";
+}
+
+bool JobDir::writeIncidentState(const std::string& incident, const std::string& state, const std::string& json) const {
+  if (refused_.load()) return false;
+  ensure();
+  if (mkdir(incidentDir(incident).c_str(), 0700) != 0 && errno != EEXIST)
+    throw Error("cannot create directory " + incidentDir(incident) + ": " + errnoString(errno));
+  refuseUnlessSafe(incidentDir(incident), false);
+  return atomicWrite(incidentStateFile(incident, state), json, true);
+}
+
 bool atomicWrite(const std::string& path, const std::string& data, bool exclusive) {
   if (exclusive && access(path.c_str(), F_OK) == 0) return false;
   // Unique per writer: two threads of one process may write the same file at once.

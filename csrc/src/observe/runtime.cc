@@ -14,6 +14,7 @@
 #include "hetobs/observe/exit_signal.h"
 #include "hetobs/observe/observed.h"
 #include "hetobs/common/clock.h"
+#include "hetobs/common/env_config.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/hmac.h"
 #include "hetobs/common/json.h"
@@ -93,6 +94,7 @@ Runtime& Runtime::init(const RuntimeConfig& cfg) {
 
 Runtime::Runtime(const RuntimeConfig& cfg) : cfg_(cfg), jobDir_(cfg.dir, cfg.job) {
   startWallNs_ = wallNs();
+  suspect_ = suspectSettings();
   raiseFileLimit(cfg.world_size);
   host_ = localHostname();
   stats::SegmentConfig sc;
@@ -245,6 +247,9 @@ void Runtime::writeMetadata() {
 }
 
 void Runtime::markExit(bool clean) {
+  // A suspected op that completed since the watchdog's last tick: marked resolved now, or the
+  // incident would say "suspected" for good (a job often ends right after its slow op).
+  if (!exited_.load()) endSuspicionsAtExit();
   // A hang seen here whose spread has not reached us yet: write what this rank saw now
   // (the coordinator's spread covers the others), or it would be lost with the process.
   std::vector<DumpRequest> unreached;

@@ -99,6 +99,7 @@ void Runtime::takeJoin(DumpRequest* req) {
     req->cause_info = own.cause_info;
   }
   req->hang_detected_ns = own.hang_detected_ns;
+  req->suspect = own.suspect;
   req->start_asks = own.start_asks;
   // The last ask may still be in flight; a spread started by that coordinator is its answer.
   PeerAnswers& asks = req->start_asks;

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "hetobs/observe/stall_history.h"
+
 #include "hetobs/observe/runtime.h"
 
 namespace hetobs {
@@ -74,6 +76,9 @@ struct NetSettings {
   double reconnect_timeout = 0;  // HETOBS_RECONNECT_TIMEOUT: seconds to re-make a broken link (inf: never give up)
 };
 NetSettings netSettings();
+// HETOBS_SUSPECT_*: the watchdog's early stage (observe/stall_history.h). Read once per process;
+// a bad value falls back to the table's default with a warning (Python refused it first).
+SuspectSettings suspectSettings();
 // HETOBS_SHM_SINGLE_COPY_BYTES: shared-memory messages from this size are read straight out of
 // the sender's buffer (transport/shm/single_copy.h). Read once per process.
 uint64_t shmSingleCopyBytes();

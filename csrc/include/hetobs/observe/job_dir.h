@@ -31,6 +31,11 @@ class JobDir {
   // that incident, unless `replace` (a rank's own error dump replacing the one it wrote at
   // a peer's request). Throws Error on I/O failure.
   bool writeDump(const std::string& incident, int rank, const std::string& json, bool replace = false) const;
+  // incidents/<id>/<state>.json, a suspected hang's state (suspected, resolved, confirmed:
+  // docs/dump-schema.md "Incident state"): the first writer of each state wins (exclusive
+  // create, the permissions of dumps); false when it was there already. Throws Error on I/O failure.
+  bool writeIncidentState(const std::string& incident, const std::string& state, const std::string& json) const;
+  std::string incidentStateFile(const std::string& incident, const std::string& state) const;
   // Replace comms/comm-<id>-<hash>.json atomically (the same content whoever writes it).
   void writeCommFile(uint64_t commId, const std::string& hash, const std::string& json) const;
 

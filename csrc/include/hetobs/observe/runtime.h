@@ -25,13 +25,14 @@
 #include "hetobs/observe/cause_info.h"
 #include "hetobs/observe/dump_tree.h"
 #include "hetobs/observe/job_dir.h"
+#include "hetobs/observe/observed.h"
+#include "hetobs/record/op_record.h"
+#include "hetobs/observe/stall_history.h"
 #include "hetobs/stats/segment.h"
 
 namespace hetobs {
 
 class HandshakePool;
-
-class Observed;
 
 struct RuntimeConfig {
   std::string job;
@@ -52,6 +53,15 @@ struct PeerAnswers {
   std::vector<int> asked, answered, unanswered;
 };
 
+// A suspected hang as its rank's watchdog saw it (the dump's "suspected" object).
+struct SuspectInfo {
+  bool on = false;
+  double quiet_s = 0;         // no progress this long when suspected
+  double threshold_s = 0;     // the quiet time that made it suspect
+  double longest_wait_s = 0;  // the longest quiet seen in a completed op of its communicator
+  uint64_t learned_ops = 0;   // completed ops that history was taken from
+};
+
 struct DumpRequest {
   std::string incident;
   std::string reason;     // watchdog | peer_request | signal | on_demand | error
@@ -67,12 +77,17 @@ struct DumpRequest {
   // When this rank's own watchdog saw the hang (wall clock; 0: it did not), and the
   // coordinators it asked to start the incident's one spread (spread_join.cc).
   int64_t hang_detected_ns = 0;
+  SuspectInfo suspect;  // set when this rank's watchdog dumps a suspected hang (not yet confirmed)
   PeerAnswers start_asks;
   // World ranks whose process is known to be gone (a data link's redial was refused
   // throughout): not asked, so the failure is raised without a side-channel timeout on
   // them; listed unanswered, which is what they are.
   std::vector<int> known_gone;
 };
+
+// The incident id of a hang (suspected or confirmed) of this op: a collective's is the same on
+// every rank, a p2p op's is this rank's own.
+std::string hangIncidentId(const OpRecord& r, int rank);
 
 class Runtime {
  public:
@@ -117,6 +132,40 @@ class Runtime {
   explicit Runtime(const RuntimeConfig& cfg);
   void watchdogLoop();
   void checkHangs();
+  // The early stage (stall_history.h), watchdog thread (and markExit, under suspectMu_): an op quiet past its communicator's
+  // threshold is dumped as a suspected hang; when it completes the incident is marked resolved,
+  // when HETOBS_HANG_TIMEOUT passes it is confirmed (the same incident, upgraded).
+  struct Suspicion {
+    std::string incident;
+    uint64_t record_id = 0;
+    int64_t suspected_wall_ns = 0;
+    SuspectInfo info;
+    std::string op;
+    int64_t seq = -1;
+    uint64_t comm_id = 0;
+    int64_t stalled_ns = 0;  // the longest quiet time seen in it so far
+    bool confirmed = false;
+  };
+  void suspectHang(Observed& comm, const Observed::InFlight& f, const OpRecord& r, int64_t quietNs,
+                   int64_t thresholdNs, const StallHistory& h);
+  void opLeftFlight(uint64_t commId, StallHistory& h, const StallHistory::Left& left);
+  // A suspected op no longer watched (it left flight, its communicator went away, the process
+  // exits): marked resolved if its record says it completed (or was overwritten: finished).
+  void endSuspicion(const Suspicion& s);
+  // markExit: a suspected op that completed since the last tick is resolved before the process goes.
+  void endSuspicionsAtExit();
+  std::mutex suspectMu_;  // the early stage's state below: the watchdog's ticks and markExit
+  // When the watchdog last woke long past its tick (this process was stopped or not run): the
+  // early stage measures quiet time from then, never across this process's own freeze.
+  int64_t resumedAtNs_ = 0;  // watchdog thread only
+  // True when the hang of this op was suspected here: upgraded to confirmed (not dumped again).
+  bool confirmSuspicion(Observed& comm, uint64_t recordId, const std::string& what);
+  DumpRequest hangRequest(const Observed::InFlight& f, const OpRecord& r, const std::string& what) const;
+  void writeIncidentState(const std::string& incident, const char* state, const std::string& json);
+  void writeConfirmed(const std::string& incident, int64_t quietNs, int64_t suspectedWallNs);
+  SuspectSettings suspect_;
+  std::map<uint64_t, StallHistory> stalls_;     // per communicator id
+  std::map<uint64_t, Suspicion> suspicions_;    // per communicator id: its suspected op in flight
   void sampleLinkHealthWhenDue();  // watchdog thread only
   void startUnixSocket();
   void unixLoop();

@@ -79,6 +79,11 @@ struct StatsHeader {
   char island_library[kLibraryNameBytes];
   // Appended in version 5: /proc/sys/kernel/random/boot_id of the boot `pid` lives in.
   char boot_id[kBootIdBytes];
+  // Appended without a version bump (a segment of an older build reads 0 here, which is true:
+  // it had no early stage): the suspected hangs this rank's watchdog dumped, and how many of
+  // them it then saw complete, slow but not hung (observe/stall_history.h).
+  std::atomic<uint64_t> hangs_suspected;
+  std::atomic<uint64_t> hangs_resolved;
 };
 static_assert(sizeof(StatsHeader) <= kHeaderBytes, "stats header fits its page");
 
