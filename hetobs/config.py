@@ -358,6 +358,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     job_id, job_id_from = _job_id(env)
     setting("HETOBS_SHM_SINGLE_COPY_BYTES", env)  # read by the native core (env_config.cc); refused here first
+    for name in ("HETOBS_DIGEST", "HETOBS_DIGEST_RATE", "HETOBS_DIGEST_ACTION"):  # likewise (digestSettings)
+        setting(name, env)
     return Settings(
         job_id=job_id,
         job_id_generated=job_id_from == "generated",

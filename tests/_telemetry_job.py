@@ -30,7 +30,7 @@ class RankJob:
     """N ranks of one program; `wait_event`, `send`, `stop_rank`, `close`."""
 
     def __init__(self, program: str, world: int, args: Mapping[str, Any] | None = None, *, workdir: Path,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, programs: Path = PROGRAMS) -> None:
         self.job_id = f"tel{uuid.uuid4().hex[:10]}"
         self.world = world
         self.workdir = Path(workdir)
@@ -49,7 +49,7 @@ class RankJob:
         self._buf: dict[int, bytes] = {r: b"" for r in range(world)}
         self._logs: list[Any] = []
         self.killed = False
-        argv = [sys.executable, str(PROGRAMS), program, json.dumps(dict(args or {}))]
+        argv = [sys.executable, str(programs), program, json.dumps(dict(args or {}))]
         try:
             for r in range(world):
                 err = open(self.workdir / f"rank-{r}.err", "wb")

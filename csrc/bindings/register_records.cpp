@@ -63,6 +63,12 @@ py::dict recordDict(const OpRecord& r) {
                                                    : py::object(py::none());
   d["algbw_gbps"] = r.algbw_gbps;
   d["busbw_gbps"] = r.busbw_gbps;
+  // Who arrived last (record/arrival.h), as this rank heard it; None where not known.
+  const bool known = (r.arrival_flags & kArrivalKnown) != 0;
+  d["last_arrival_rank"] = known ? py::object(py::int_(r.last_arrival_rank)) : py::object(py::none());
+  d["arrival_lag_ns"] = known ? py::object(py::int_(r.arrival_lag_ns)) : py::object(py::none());
+  d["behind_first_ns"] = known ? py::object(py::int_(r.behind_first_ns)) : py::object(py::none());
+  d["arrival_judged"] = known ? py::object(py::bool_((r.arrival_flags & kArrivalJudged) != 0)) : py::object(py::none());
   d["error"] = r.error[0] ? py::object(py::str(utf8Valid(r.error))) : py::object(py::none());
   // Hierarchical (island) ops only; None for every other op, so every record has the keys.
   if (r.island[0]) {
@@ -100,6 +106,7 @@ void registerConstants(py::module_& m) {
   m.attr("STATS_LAYOUT_VERSION") = stats::kVersion;
   m.attr("LATENCY_BUCKETS") = stats::kLatencyBuckets;
   m.attr("BANDWIDTH_BUCKETS") = stats::kBandwidthBuckets;
+  m.attr("LAG_BUCKETS") = stats::kLagBuckets;
   m.attr("OP_KINDS") = names<OpKind>(opName);
   m.attr("DTYPES") = names<DType>(dtypeName);
   py::list sizes;
@@ -192,7 +199,8 @@ void registerRecords(py::module_& m) {
     OFF(LinkStats, transport); OFF(LinkStats, counters); OFF(LinkStats, progress); OFF(LinkStats, health);
     OFF(OpRecord, record_id); OFF(OpRecord, algbw_gbps); OFF(OpRecord, root_or_peer); OFF(OpRecord, op);
     OFF(OpRecord, error); OFF(OpRecord, island); OFF(OpRecord, phases); OFF(OpRecord, device);
-    OFF(OpRecord, library);
+    OFF(OpRecord, library); OFF(OpRecord, last_arrival_rank); OFF(OpRecord, arrival_lag_ns);
+    OFF(CommStats, arrivals_judged); OFF(CommStats, arrival_lag); OFF(CommStats, last_arrival_lag_ns);
 #undef OFF
     d["sizeof.StatsHeader"] = sizeof(StatsHeader);
     d["sizeof.CommStats"] = sizeof(CommStats);

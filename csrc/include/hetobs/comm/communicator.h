@@ -221,7 +221,19 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   stats::CommStats* cstats_ = nullptr;
   std::unique_ptr<stats::CommStats> ownStats_;
   void statsBegin(uint64_t rid, const OpDesc& d, int64_t startMono);
-  void statsEnd(const OpDesc& d, uint64_t bytes, int64_t startMono, int64_t endMono, bool ok);
+  void statsEnd(const OpDesc& d, uint64_t bytes, int64_t startMono, int64_t endMono, bool ok,
+                const ArrivalInfo* arrival = nullptr);
+  // Who arrived last (record/arrival.h): the running collective's arrival word, which the
+  // channels' data frames carry and fold (Channel::bindArrival), and what it says at the end.
+  uint64_t arrival_ = 0;
+  uint64_t entryUs_ = 0;  // this rank's entry into the running op, wall-clock microseconds
+  void judgeArrival(const OpArgs& a, ArrivalInfo* out) const;
+  // Result digests (collectives/digest.h): the test hook's bit flip, then, on sampled ops, the
+  // comparison. True when ranks' results differ (*out says who and where).
+  bool checkResult(const OpArgs& a, struct DigestVerdict* out);
+  // Count, log and dump a difference; returns the message the op raises with.
+  std::string reportDataMismatch(const struct DigestVerdict& v, std::vector<int>* worldRanksOut);
+  void noteDigest(bool mismatch);
   void reportFailure(const std::string& msg, uint64_t seq);  // error dump + ask peers, before the throw
   // The failure as data (dump 2.1 cause_info, global ranks): what comms[].abort says, with the
   // culprits resolved (the vote's deviants, every peer a timeout waited on, the other end).
