@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "hetobs/collectives/digest.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/json.h"
 #include "hetobs/common/wire.h"
@@ -149,6 +150,25 @@ void registerRecords(py::module_& m) {
     for (const auto& r : snap) out.append(recordDict(r));
     return out;
   }, "Every op record of this process, oldest first.");
+  m.def(
+      "bench_digest",
+      [](size_t bytes, long iters) {
+        // What HETOBS_DIGEST adds to a sampled op besides its 8-byte exchange: one hash of the result.
+        std::vector<uint8_t> buf(bytes);
+        for (size_t i = 0; i < bytes; ++i) buf[i] = uint8_t(i * 131 + 7);
+        uint64_t sink = 0;
+        double best = 1e300;
+        for (int round = 0; round < 5; ++round) {
+          int64_t t0 = monoNs();
+          for (long i = 0; i < iters; ++i) sink ^= digestBytes(buf.data(), bytes);
+          best = std::min(best, double(monoNs() - t0) / double(iters));
+        }
+        volatile uint64_t keep = sink;
+        (void)keep;
+        return best;
+      },
+      py::arg("bytes"), py::arg("iterations") = 20,
+      "ns per digest of `bytes` bytes (collectives/digest.h; best of 5 rounds).");
   m.def(
       "bench_recorder",
       [](long iters) {

@@ -81,7 +81,7 @@ uint64_t shmSingleCopyBytes();
 // HETOBS_TEST_FLIP_BIT. Read once per process (a bad value is logged and the default kept).
 struct DigestSettings {
   bool on = false;
-  uint64_t every = 16;     // check sequence ids that are multiples of this (1 / HETOBS_DIGEST_RATE)
+  uint64_t every = 32;     // check sequence ids that are multiples of this (1 / HETOBS_DIGEST_RATE)
   bool raise = true;       // HETOBS_DIGEST_ACTION=raise
   int64_t flip_seq = -1;   // HETOBS_TEST_FLIP_BIT: the op (-1: off), element, bit
   uint64_t flip_element = 0;
