@@ -67,7 +67,7 @@ _COMM_HEAD = struct.Struct("<QQiiQQQqII")  # version .. failed (64 bytes)
 _OPKIND = struct.Struct("<QQQQ" + "Q" * (LATENCY_BUCKETS + BANDWIDTH_BUCKETS))
 # Who arrived last (record/arrival.h), appended to CommStats within the same version: present
 # when comm_bytes has room for it after the op kinds (segments of older builds lack it).
-_ARRIVALS = struct.Struct("<QQQ" + "Q" * LAG_BUCKETS + "iIq")
+_ARRIVALS = struct.Struct("<QiIqQQ" + "Q" * LAG_BUCKETS)  # judged, latest rank, pad, latest lag, last, lag sum, lag
 _DIGESTS = struct.Struct("<QQ")  # after _ARRIVALS: digests checked, data mismatches (HETOBS_DIGEST)
 _LINK = struct.Struct("<Qii8s" "QQQQqq" "QQQQQQQq" "Q")  # ..., reconnects
 # LinkHealth (record/link_health.h), appended after _LINK within the same version: present
@@ -363,9 +363,8 @@ def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankSta
             at = _COMM_HEAD.size + kinds * _OPKIND.size
             if kinds == len(OP_KINDS) and h["comm_bytes"] >= at + _ARRIVALS.size:
                 a = _ARRIVALS.unpack_from(raw, at)
-                lag = tuple(a[3:3 + LAG_BUCKETS])
-                arrivals = Arrivals(judged=a[0], last=a[1], lag_total_ns=a[2], lag=lag,
-                                    latest_rank=a[-3] if a[0] else None, latest_lag_ns=a[-1] if a[0] else None)
+                arrivals = Arrivals(judged=a[0], last=a[4], lag_total_ns=a[5], lag=tuple(a[6:6 + LAG_BUCKETS]),
+                                    latest_rank=a[1] if a[0] else None, latest_lag_ns=a[3] if a[0] else None)
             checked = mismatches = None
             if arrivals is not None and h["comm_bytes"] >= at + _ARRIVALS.size + _DIGESTS.size:
                 checked, mismatches = _DIGESTS.unpack_from(raw, at + _ARRIVALS.size)

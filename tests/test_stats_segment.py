@@ -59,8 +59,8 @@ def test_layout_matches_the_native_structs() -> None:
     assert native["sizeof.StatsHeader"] == stats._HEADER.size + stats._HEADER_V4.size + stats._HEADER_V5.size
     ops_end = stats._COMM_HEAD.size + len(stats.OP_KINDS) * stats._OPKIND.size
     assert native["CommStats.arrivals_judged"] == ops_end  # appended: shorter-layout readers skip them
-    assert native["CommStats.arrival_lag"] == ops_end + 24
-    assert native["CommStats.last_arrival_lag_ns"] == ops_end + stats._ARRIVALS.size - 8
+    assert native["CommStats.last_arrival_lag_ns"] == ops_end + 16
+    assert native["CommStats.arrival_lag"] == ops_end + 40
     assert native["sizeof.CommStats"] == ops_end + stats._ARRIVALS.size + stats._DIGESTS.size
     assert native["sizeof.LinkStats"] == stats._LINK.size + stats._HEALTH.size
     assert native["LinkStats.health"] == stats._LINK.size  # appended: shorter-layout readers skip it

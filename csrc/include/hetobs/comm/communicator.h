@@ -137,7 +137,9 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
  private:
   void adaptSpin(bool spun, bool spunOut);
   // `start`: when it starts (a blocking op: when it was enqueued, one clock read for both).
-  void execute(const OpArgs& args, int64_t enqueueNs, int64_t start);
+  // `entrySysNs`: the caller's call as CLOCK_MONOTONIC itself (the who-arrives-last stamp: exact
+  // between processes of a host, unlike monoNs(), whose per-process calibration errs by microseconds).
+  void execute(const OpArgs& args, int64_t enqueueNs, int64_t start, int64_t entrySysNs);
   void workerLoop();
   OpDesc expectFrom(int peer) const;
   OpDesc descFor(int peer) const;  // what our frames to `peer` carry
@@ -227,6 +229,11 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   // channels' data frames carry and fold (Channel::bindArrival), and what it says at the end.
   uint64_t arrival_ = 0;
   uint64_t entryUs_ = 0;  // this rank's entry into the running op, wall-clock microseconds
+  int64_t wallMinusSysMonoNs_ = 0;  // CLOCK_REALTIME - CLOCK_MONOTONIC, read at construction
+  // HETOBS_DIGEST / HETOBS_TEST_FLIP_BIT as read once per process, copied here so an op with digests
+  // off pays one predictable branch (docs/digests.md: "off costs nothing measurable").
+  bool digestOn_ = false;
+  bool flipArmed_ = false;
   void judgeArrival(const OpArgs& a, ArrivalInfo* out) const;
   // Result digests (collectives/digest.h): the test hook's bit flip, then, on sampled ops, the
   // comparison. True when ranks' results differ (*out says who and where).
@@ -266,6 +273,7 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
     OpArgs args;
     int64_t enqueue_ns;
     std::shared_ptr<Work> work;
+    int64_t entry_sys_ns;
   };
   std::deque<Task> queue_;
   std::atomic<int> pending_{0};

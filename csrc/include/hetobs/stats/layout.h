@@ -105,13 +105,14 @@ struct CommStats {
   // last arrival on exactly one rank (the one that entered last), so summing last_arrivals
   // over ranks gives the judged ops, and a rank's share of them says how often it held the
   // others up; the histogram is of how far it came behind the first rank when it did.
+  // What every judged op writes comes first (one cache line); the last rank's own counts after it.
   uint64_t arrivals_judged;
-  uint64_t last_arrivals;
-  uint64_t arrival_lag_total_ns;
-  uint64_t arrival_lag[kLagBuckets];  // bucket b: lag < 2^b microseconds (the last: the rest)
   int32_t last_arrival_rank;          // world rank last at the newest judged op (once arrivals_judged > 0)
   uint32_t arrival_pad;
   int64_t last_arrival_lag_ns;        // and how far behind the first it came
+  uint64_t last_arrivals;
+  uint64_t arrival_lag_total_ns;
+  uint64_t arrival_lag[kLagBuckets];  // bucket b: lag < 2^b microseconds (the last: the rest)
   // Appended likewise: result digests (HETOBS_DIGEST, collectives/digest.h). Checked: sampled
   // collectives whose digests the ranks compared; mismatches: of those, the ones where this
   // rank's result differed from the majority's (so the rank label names the corrupt copy).
