@@ -4,7 +4,9 @@ Reads the ranks' stats segments (like the exporter), so it keeps showing a rank 
 hangs or is stopped. Per rank: its host (and island, "node7 [b: hccl on npu]", in a
 heterogeneous job; `island`, `island_library` and `island_device` in --json), state, the op in flight with its sequence id, seconds
 since progress (yellow past half the threshold, red past it), busbw/algbw of the last
-window, ops in it; per link: send/receive throughput, busy share and network
+window, ops in it, "last %" (its share of the window's collectives it entered last: near
+100/n on a healthy n-rank job, near 100 for a straggler; `last_share` and the lifetime
+`last_arrivals` in --json); per link: send/receive throughput, busy share and network
 bandwidth; per rank also its busy share (compute between collectives over compute plus
 time inside them, `busy_share` in --json: an island well below the others waits for
 them; `hetobs plan` balances it). `--once` prints one view (the window is --interval long) and exits;
@@ -81,7 +83,7 @@ def render(doc: dict[str, Any], threshold: float) -> Group:
                       ("in flight (comm: op #seq, age)", "left"), ("waits on", "left"), ("waited on by", "left"),
                       ("s since progress", "right"),
                       ("heartbeat s", "right"), ("busbw GB/s", "right"), ("algbw GB/s", "right"),
-                      ("ops", "right"), ("hangs", "right"), ("busy %", "right")]:
+                      ("ops", "right"), ("hangs", "right"), ("busy %", "right"), ("last %", "right")]:
         ranks.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in doc["ranks"]:
         state = r.get("state", "unknown")
@@ -94,7 +96,7 @@ def render(doc: dict[str, Any], threshold: float) -> Group:
                       Text(_ranks(r.get("waiting_on"))), Text(_ranks(r.get("waited_on_by"))),
                       _age(r.get("seconds_since_progress"), threshold), _num(r.get("heartbeat_age_s"), "{:.1f}"),
                       _num(r.get("busbw_gbps")), _num(r.get("algbw_gbps")), _num(r.get("window_ops"), "{}"),
-                      str(r.get("hangs_detected", "-")), _busy(r.get("busy_share")))
+                      str(r.get("hangs_detected", "-")), _busy(r.get("busy_share")), _busy(r.get("last_share")))
     links = Table(title="links", title_justify="left")
     for col in ("rank", "peer", "comm", "transport", "send MB/s", "recv MB/s", "busy %", "net GB/s", "rtt ms",
                 "retrans"):

@@ -23,7 +23,8 @@ from .naming import (ISLAND_PHASES, LINK_HEALTH_SERIES_PER_RANK, METRICS, RANK_S
                      size_class)
 from .source import RankEntry, Snapshot
 
-__all__ = ["Family", "families", "busbw_factor", "rank_state", "seconds_since_progress", "LATENCY_LE", "BUSY_RECORDS"]
+__all__ = ["Family", "families", "busbw_factor", "rank_state", "seconds_since_progress", "LATENCY_LE", "LAG_LE",
+           "BUSY_RECORDS"]
 
 # Newest records per rank read for the busy share: 15 steps; each record read costs a scrape ~0.1 ms here.
 BUSY_RECORDS = 16
@@ -38,6 +39,8 @@ Labels = tuple[str, ...]
 # buckets are not served: busbw over any window is rate(bus_bytes) / rate(duration_sum).
 _STEP = 2
 LATENCY_LE: tuple[str, ...] = tuple(repr(2.0**b / 1e6) for b in range(0, stats.LATENCY_BUCKETS - 1, _STEP)) + ("+Inf",)
+# The arrival lag histogram's bounds, served the same way (powers of 4, 1 µs .. 67 s).
+LAG_LE: tuple[str, ...] = tuple(repr(2.0**b / 1e6) for b in range(0, stats.LAG_BUCKETS - 1, _STEP)) + ("+Inf",)
 
 
 @dataclass
@@ -134,6 +137,14 @@ def _comm_metrics(f: dict[str, Family], rl: Labels, c: stats.CommStats, now: int
         f["hetobs_inflight_op_seconds"].samples.append((cl + (c.inflight_op,), age))
     f["hetobs_collective_seq"].samples.append((cl, float(c.coll_seq)))
     f["hetobs_comm_failed"].samples.append((cl, 1.0 if c.failed else 0.0))
+    a = c.arrivals
+    if a is not None and a.judged:
+        f["hetobs_last_arrivals"].samples.append((cl, float(a.last)))
+        f["hetobs_arrivals_judged"].samples.append((cl, float(a.judged)))
+        f["hetobs_arrival_lag_seconds"].histograms.append((cl, _cumulative(a.lag), a.lag_total_ns / 1e9))
+    if c.digests_checked:
+        f["hetobs_digests_checked"].samples.append((cl, float(c.digests_checked)))
+        f["hetobs_data_mismatches"].samples.append((cl, float(c.data_mismatches or 0)))
     for op, k in c.ops.items():
         if not k.calls:
             continue

@@ -146,6 +146,23 @@ METRICS: tuple[MetricSpec, ...] = (
        "Algorithm bandwidth over the op kind's lifetime: bytes / time in ops."),
     _m("hetobs_collective_busbw_bytes_per_second", "gauge", "bytes_per_second", OP + ("msg_size",),
        "Bus bandwidth as nccl-tests defines it: algbw x the op's factor (allreduce 2(n-1)/n, ...)."),
+    # --- who arrives last (record/arrival.h), per communicator ---------------------------------
+    _m("hetobs_last_arrivals", "counter", "", COMM,
+       "Collectives this rank entered last (of those judged: every rank's entry reached it). Each op counts on "
+       "exactly one rank, so a rank's share of the communicator's sum says how often it holds the others up: "
+       "a straggler's share stands out."),
+    _m("hetobs_arrivals_judged", "counter", "", COMM,
+       "Collectives whose every rank's entry reached this rank (all_reduce, all_gather, reduce_scatter, "
+       "barrier, all_to_all of the native transport; not broadcast or reduce, whose chain carries it one way)."),
+    _m("hetobs_arrival_lag_seconds", "histogram", "seconds", COMM,
+       "How far behind the first rank this rank entered the collectives it entered last (buckets at powers "
+       "of four microseconds, 1 µs .. 67 s)."),
+    # --- result digests (HETOBS_DIGEST), per communicator --------------------------------------
+    _m("hetobs_digests_checked", "counter", "", COMM,
+       "Sampled all_reduce, all_gather and broadcast results whose digests the ranks compared (HETOBS_DIGEST)."),
+    _m("hetobs_data_mismatches", "counter", "", COMM,
+       "Compared results where this rank's copy differed from the majority's: silent data corruption on this "
+       "rank (the op, seq and first differing element are in its data_mismatch dump)."),
     # --- per link (communicator, peer) ------------------------------------------------------
     _m("hetobs_link_bytes", "counter", "bytes", LINK + ("direction",), "Bytes moved over the link, per direction."),
     _m("hetobs_link_busy_seconds", "counter", "seconds", LINK, "Time with a transfer pending on the link."),

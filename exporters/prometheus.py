@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app, write_to_textfil
 from prometheus_client.metrics_core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
                                             Metric)
 
-from .metrics import BUSY_RECORDS, LATENCY_LE, Family, families
+from .metrics import BUSY_RECORDS, LAG_LE, LATENCY_LE, Family, families
 from .naming import METRICS, MetricSpec
 from .source import InProcessSource, Snapshot, SnapshotSource
 
@@ -36,7 +36,7 @@ __all__ = ["HetobsCollector", "make_registry", "start_http_server", "write_textf
 
 log = logging.getLogger("hetobs.exporters")
 
-_LE = {"hetobs_collective_duration_seconds": LATENCY_LE}
+_LE = {"hetobs_collective_duration_seconds": LATENCY_LE, "hetobs_arrival_lag_seconds": LAG_LE}
 
 
 def _empty(spec: MetricSpec) -> Metric:

@@ -52,6 +52,27 @@ def _ops_delta(st: stats.RankStats, old: stats.RankStats | None) -> tuple[int, i
     return calls, nbytes, weighted, ns
 
 
+def _arrivals(st: stats.RankStats | None) -> dict[int, tuple[int, int]]:
+    """{comm: (ops this rank entered last, ops judged)} (record/arrival.h)."""
+    if st is None:
+        return {}
+    return {c.comm_id: (c.arrivals.last, c.arrivals.judged) for c in st.comms if c.arrivals is not None}
+
+
+def _last_share(st: stats.RankStats, old: stats.RankStats | None) -> tuple[int, float | None]:
+    """(collectives this rank entered last so far, its share of the judged ones since `old`).
+
+    Each op is counted as a last arrival on one rank only, so on a healthy n-rank job every
+    rank's share is near 1/n and a straggler's near 1. Without a window: the lifetime share.
+    """
+    now = _arrivals(st)
+    before = _arrivals(old) if old is not None and old.pid == st.pid else {}
+    last = sum(v[0] for v in now.values())
+    dl = sum(v[0] - before.get(k, (0, 0))[0] for k, v in now.items())
+    dj = sum(v[1] - before.get(k, (0, 0))[1] for k, v in now.items())
+    return last, (dl / dj if dj > 0 else None)
+
+
 def _rank_row(e: RankEntry, old: RankEntry | None, now: int, window_s: float | None) -> dict[str, Any]:
     row: dict[str, Any] = {"rank": e.rank, "host": e.host, "up": e.live, "problem": e.problem,
                            "detail": e.detail or None}
@@ -69,6 +90,8 @@ def _rank_row(e: RankEntry, old: RankEntry | None, now: int, window_s: float | N
                hangs_resolved=st.hangs_resolved, dumps_written=st.dumps_written,
                last_seq={str(c.comm_id): c.coll_seq for c in st.comms},
                busy_share=busy_share(st.records, st.world_size) if st.records else None)
+    last, share = _last_share(st, old.stats if old is not None and window_s is not None else None)
+    row.update(last_arrivals=last, last_share=share)
     if window_s is None:
         row.update(window_ops=None, window_bytes=None, busbw_gbps=None, algbw_gbps=None)
         return row

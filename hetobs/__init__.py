@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import _lifecycle
 from ._version import __version__
-from .errors import AuthError, CommAbortedError, HetobsError, MismatchError, OpTimeoutError, PeerError
+from .errors import (AuthError, CommAbortedError, DataMismatchError, HetobsError, MismatchError, OpTimeoutError,
+                     PeerError)
 
 if TYPE_CHECKING:
     from .comm import Communicator
 
 __all__ = [
     "__version__", "init", "Communicator", "Work", "records",
-    "HetobsError", "PeerError", "MismatchError", "OpTimeoutError", "CommAbortedError", "AuthError",
+    "HetobsError", "PeerError", "MismatchError", "OpTimeoutError", "CommAbortedError", "AuthError", "DataMismatchError",
 ]
 
 

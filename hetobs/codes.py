@@ -12,7 +12,7 @@ import functools
 from . import _core
 
 __all__ = [
-    "STATS_LAYOUT_VERSION", "LATENCY_BUCKETS", "BANDWIDTH_BUCKETS", "OP_KINDS", "OP_CODES", "DTYPES", "DTYPE_CODES",
+    "STATS_LAYOUT_VERSION", "LATENCY_BUCKETS", "BANDWIDTH_BUCKETS", "LAG_BUCKETS", "OP_KINDS", "OP_CODES", "DTYPES", "DTYPE_CODES",
     "DTYPE_SIZES", "REDUCTIONS", "REDUCTION_CODES", "OP_STATES", "ALGORITHMS", "BACKENDS", "BACKEND_CODES",
     "DEVICE_TYPES", "DEVICE_CODES", "busbw_factor",
 ]
@@ -20,6 +20,7 @@ __all__ = [
 STATS_LAYOUT_VERSION: int = _core.STATS_LAYOUT_VERSION
 LATENCY_BUCKETS: int = _core.LATENCY_BUCKETS  # bucket b: duration < 2**b microseconds (the last: the rest)
 BANDWIDTH_BUCKETS: int = _core.BANDWIDTH_BUCKETS  # bucket b: busbw < 2**b MB/s (the last: the rest)
+LAG_BUCKETS: int = _core.LAG_BUCKETS  # arrival lag: bucket b < 2**b microseconds (the last: the rest)
 
 OP_KINDS: tuple[str, ...] = tuple(_core.OP_KINDS)
 DTYPES: tuple[str, ...] = tuple(_core.DTYPES)

@@ -360,6 +360,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     setting("HETOBS_SHM_SINGLE_COPY_BYTES", env)  # read by the native core (env_config.cc); refused here first
     for name in ("HETOBS_SUSPECT_FACTOR", "HETOBS_SUSPECT_FLOOR", "HETOBS_SUSPECT_HISTORY"):
         setting(name, env)  # read by the native watchdog (env_config.cc suspectSettings); refused here first
+    for name in ("HETOBS_DIGEST", "HETOBS_DIGEST_RATE", "HETOBS_DIGEST_ACTION"):  # likewise (digestSettings)
+        setting(name, env)
     return Settings(
         job_id=job_id,
         job_id_generated=job_id_from == "generated",

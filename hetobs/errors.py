@@ -6,7 +6,8 @@ The native core raises these same classes (registered by the extension), so
 
 from __future__ import annotations
 
-__all__ = ["HetobsError", "PeerError", "MismatchError", "OpTimeoutError", "CommAbortedError", "AuthError"]
+__all__ = ["HetobsError", "PeerError", "MismatchError", "OpTimeoutError", "CommAbortedError", "AuthError",
+           "DataMismatchError"]
 
 
 class HetobsError(RuntimeError):
@@ -31,3 +32,19 @@ class CommAbortedError(HetobsError):
 
 class AuthError(HetobsError):
     """A handshake failed authentication (wrong secret or another job)."""
+
+
+class DataMismatchError(HetobsError):
+    """A collective's result differs between ranks (HETOBS_DIGEST): silent data corruption.
+
+    Raised on every rank, after the op finished and the dump was written. Fields, so nobody
+    parses the message: `ranks` (world ranks whose result differs from the majority's; every
+    rank when there is no majority), `op`, `comm`, `seq`, `element` (the first differing
+    element, or None).
+    """
+
+    ranks: list[int]
+    op: str
+    comm: int
+    seq: int
+    element: int | None

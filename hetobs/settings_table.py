@@ -136,6 +136,20 @@ SETTINGS: Tuple[Spec, ...] = (
          "kernel allows it (same uid, ptrace permitted; else the ring, logged at debug); a two-rank broadcast "
          "from 256 KiB splits that copy, the root writing the second half into the receiver's buffer "
          "(process_vm_writev). 4611686018427387904 (2^62) turns both off (docs/algorithms.md has the crossover)."),
+    _flag("HETOBS_DIGEST", "0",
+          "1: compare a digest of each sampled all_reduce, all_gather and broadcast result across the ranks of the "
+          "native transport (what must be bit-identical everywhere): a rank whose result differs is named, with "
+          "the op, its seq and the first differing element (docs/digests.md)."),
+    _float("HETOBS_DIGEST_RATE", "0.03125", 0.0,
+           "With HETOBS_DIGEST=1, the share of those collectives checked: every round(1/rate)-th sequence id, the "
+           "same ops on every rank (1: every op; the default, every 32nd, keeps the hash under 3% of an all_reduce "
+           "of 1-16 MiB: docs/digests.md)."),
+    _choice("HETOBS_DIGEST_ACTION", "raise", ("raise", "log"),
+            "What a data mismatch does: raise (the op raises DataMismatchError on every rank, after the dump) or "
+            "log (warn, count, dump, and go on)."),
+    _text("HETOBS_TEST_FLIP_BIT", "(off)",
+          "TEST ONLY: SEQ[:ELEMENT[:BIT]] flips one bit of this rank's result of the all_reduce, all_gather or "
+          "broadcast with that sequence id (any communicator), as silent data corruption would."),
     _choice("HETOBS_DEBUG", "WARN", ("error", "warn", "info", "debug"),
             "Native log level: ERROR, WARN, INFO or DEBUG (to stderr)."),
     # Read leniently by the CLI's error handler (any value but "" and 0 turns it on): an error

@@ -22,7 +22,7 @@ from .ownership import not_ours
 
 __all__ = [
     "StatsError", "RankStats", "CommStats", "LinkStats", "OpKindStats", "read_segment", "segment_paths",
-    "process_state", "OP_KINDS", "LATENCY_BUCKETS", "BANDWIDTH_BUCKETS", "IslandTotals", "ISLAND_PHASES", "boot_id",
+    "process_state", "OP_KINDS", "LATENCY_BUCKETS", "BANDWIDTH_BUCKETS", "LAG_BUCKETS", "Arrivals", "IslandTotals", "ISLAND_PHASES", "boot_id",
     "other_boot",
 ]
 
@@ -41,6 +41,7 @@ OP_KINDS = codes.OP_KINDS
 _OP_KINDS_OF_VERSION = {2: 11, 3: 12, 4: 12, 5: 12}
 LATENCY_BUCKETS = codes.LATENCY_BUCKETS
 BANDWIDTH_BUCKETS = codes.BANDWIDTH_BUCKETS
+LAG_BUCKETS = codes.LAG_BUCKETS
 _DTYPES = codes.DTYPES
 _STATES = codes.OP_STATES
 _ALGOS = codes.ALGORITHMS
@@ -68,6 +69,10 @@ _HEADER_FIELDS = (
 )
 _COMM_HEAD = struct.Struct("<QQiiQQQqII")  # version .. failed (64 bytes)
 _OPKIND = struct.Struct("<QQQQ" + "Q" * (LATENCY_BUCKETS + BANDWIDTH_BUCKETS))
+# Who arrived last (record/arrival.h), appended to CommStats within the same version: present
+# when comm_bytes has room for it after the op kinds (segments of older builds lack it).
+_ARRIVALS = struct.Struct("<QiIqQQ" + "Q" * LAG_BUCKETS)  # judged, latest rank, pad, latest lag, last, lag sum, lag
+_DIGESTS = struct.Struct("<QQ")  # after _ARRIVALS: digests checked, data mismatches (HETOBS_DIGEST)
 _LINK = struct.Struct("<Qii8s" "QQQQqq" "QQQQQQQq" "Q")  # ..., reconnects
 # LinkHealth (record/link_health.h), appended after _LINK within the same version: present
 # when link_bytes has room for it (segments of older builds lack it; their links read as before).
@@ -77,6 +82,9 @@ HEALTH_FIELDS = ("rtt_us", "rttvar_us", "retransmits_total", "retransmitting", "
                  "ms_since_data_recv", "ms_since_ack_recv", "rate_app_limited")
 _RECORD = struct.Struct("<QQQQQQQQqqqddiiiBBBBBBB5x96s" "16s" "qqqq" "I4x")
 _RECORD_NAMES = struct.Struct("<16s16s")  # version 4: device and library, after _RECORD
+# Appended within version 5 (present when record_bytes has room): last arrival, flags, lag, behind first.
+_RECORD_ARRIVAL = struct.Struct("<iIqq")
+_ARRIVAL_KNOWN, _ARRIVAL_JUDGED = 1, 2
 _DEVICE_CODES = codes.DEVICE_TYPES
 
 
@@ -95,6 +103,24 @@ class OpKindStats:
 
 
 @dataclass(frozen=True)
+class Arrivals:
+    """Who arrived last at a communicator's collectives, as one rank counted them (record/arrival.h).
+
+    `judged`: collectives whose every rank's entry reached this rank; `last`: of those, the ones
+    this rank entered last (each op is counted on exactly one rank); `lag` buckets: how far
+    behind the first rank it came then (bucket b: < 2**b µs), `lag_total_ns` their sum;
+    `latest_rank` / `latest_lag_ns`: the newest judged op's last rank and lag (None before any).
+    """
+
+    judged: int
+    last: int
+    lag_total_ns: int
+    lag: tuple[int, ...]
+    latest_rank: int | None
+    latest_lag_ns: int | None
+
+
+@dataclass(frozen=True)
 class CommStats:
     comm_id: int
     size: int
@@ -106,6 +132,11 @@ class CommStats:
     inflight_op: str | None
     failed: bool
     ops: dict[str, OpKindStats]
+    arrivals: Arrivals | None = None  # None: the segment predates arrival counting
+    # Result digests (HETOBS_DIGEST): sampled collectives compared across ranks, and those where this
+    # rank's result differed from the majority's. None: the segment predates them.
+    digests_checked: int | None = None
+    data_mismatches: int | None = None
 
 
 @dataclass(frozen=True)
@@ -250,10 +281,15 @@ def _records(buf: mmap.mmap, h: dict[str, int], offset_ns: int, limit: int) -> I
     cap, size, base, end = h["record_capacity"], h["record_bytes"], h["records_offset"], h["records_next"]
     start = max(0, end - cap, end - limit)
     named = h["version"] >= 4
+    arrived = named and size >= _RECORD.size + _RECORD_NAMES.size + _RECORD_ARRIVAL.size
+    want = _RECORD.size + (_RECORD_NAMES.size if named else 0) + (_RECORD_ARRIVAL.size if arrived else 0)
     for rid in range(start, end):
-        raw = _seqlocked(buf, base + (rid % cap) * size, _RECORD.size + (_RECORD_NAMES.size if named else 0))
+        raw = _seqlocked(buf, base + (rid % cap) * size, want)
         v = _RECORD.unpack_from(raw)
         device, library = _RECORD_NAMES.unpack_from(raw, _RECORD.size) if named else (b"", b"")
+        last, flags, lag, behind = (_RECORD_ARRIVAL.unpack_from(raw, _RECORD.size + _RECORD_NAMES.size)
+                                    if arrived else (0, 0, 0, 0))
+        known = bool(flags & _ARRIVAL_KNOWN)
         if v[1] != rid:
             continue  # overwritten while we read
         op = OP_KINDS[v[16]] if v[16] < len(OP_KINDS) else "invalid"
@@ -276,6 +312,11 @@ def _records(buf: mmap.mmap, h: dict[str, int], offset_ns: int, limit: int) -> I
             "island": island or None,
             "phases": dict(vendor_ns=v[25], d2h_ns=v[26], wire_ns=v[27], h2d_ns=v[28], chunks=v[29])
             if island else None,
+            # Who arrived last (record/arrival.h), as this rank heard it; None where not known.
+            "last_arrival_rank": last if known else None,
+            "arrival_lag_ns": lag if known else None,
+            "behind_first_ns": behind if known else None,
+            "arrival_judged": bool(flags & _ARRIVAL_JUDGED) if known else None,
         }
 
 
@@ -324,11 +365,21 @@ def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankSta
                 o = _OPKIND.unpack_from(raw, _COMM_HEAD.size + k * _OPKIND.size)
                 ops[name] = OpKindStats(o[0], o[1], o[2], o[3], tuple(o[4:4 + LATENCY_BUCKETS]),
                                         tuple(o[4 + LATENCY_BUCKETS:]))
+            arrivals = None
+            at = _COMM_HEAD.size + kinds * _OPKIND.size
+            if kinds == len(OP_KINDS) and h["comm_bytes"] >= at + _ARRIVALS.size:
+                a = _ARRIVALS.unpack_from(raw, at)
+                arrivals = Arrivals(judged=a[0], last=a[4], lag_total_ns=a[5], lag=tuple(a[6:6 + LAG_BUCKETS]),
+                                    latest_rank=a[1] if a[0] else None, latest_lag_ns=a[3] if a[0] else None)
+            checked = mismatches = None
+            if arrivals is not None and h["comm_bytes"] >= at + _ARRIVALS.size + _DIGESTS.size:
+                checked, mismatches = _DIGESTS.unpack_from(raw, at + _ARRIVALS.size)
             comms.append(CommStats(
                 comm_id=v[1], size=v[2], rank=v[3], coll_seq=v[4], p2p_seq=v[5],
                 inflight_record=v[6] - 1 if v[6] else None, inflight_start_ns=v[7] if v[6] else None,
                 inflight_op=OP_KINDS[v[8]] if v[6] and v[8] < len(OP_KINDS) else None,
-                failed=bool(v[9]), ops=ops))
+                failed=bool(v[9]), ops=ops, arrivals=arrivals, digests_checked=checked,
+                data_mismatches=mismatches))
         links = []
         offset_ns = h["wall_minus_mono_ns"]
         with_health = h["link_bytes"] >= _LINK.size + _HEALTH.size

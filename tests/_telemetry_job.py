@@ -31,14 +31,14 @@ class RankJob:
     """N ranks of one program; `wait_event`, `send`, `stop_rank`, `close`."""
 
     def __init__(self, program: str, world: int, args: Mapping[str, Any] | None = None, *, workdir: Path,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, programs: Path = PROGRAMS) -> None:
         self.job_id = f"tel{uuid.uuid4().hex[:10]}"
         self.world = world
         self.workdir = Path(workdir)
         self.hetobs_dir = self.workdir / "hetobs"
         self.hetobs_dir.mkdir(parents=True, exist_ok=True)
         self.local = LocalJob(
-            [sys.executable, str(PROGRAMS), program, json.dumps(dict(args or {}))], world, log_dir=self.workdir,
+            [sys.executable, str(programs), program, json.dumps(dict(args or {}))], world, log_dir=self.workdir,
             hetobs_dir=self.hetobs_dir, job_id=self.job_id, cwd=REPO, stdin="pipe", stdout="pipe",
             env={"HETOBS_TRANSPORT": "shm", "HETOBS_DEBUG": "ERROR", "HETOBS_TIMEOUT": "120",
                  "HETOBS_CONNECT_TIMEOUT": "30", "OMP_NUM_THREADS": "1", "HETOBS_SECRET": None, **(env or {})})

@@ -59,10 +59,16 @@ def test_layout_matches_the_native_structs() -> None:
     # Version 5 then the suspected-hang counters appended to it (8-aligned after the boot id).
     assert stats._SUSPECT_AT == (stats._HEADER.size + stats._HEADER_V4.size + stats._HEADER_V5.size + 7) // 8 * 8
     assert native["sizeof.StatsHeader"] == stats._SUSPECT_AT + stats._HEADER_SUSPECT.size
-    assert native["sizeof.CommStats"] == stats._COMM_HEAD.size + len(stats.OP_KINDS) * stats._OPKIND.size
+    ops_end = stats._COMM_HEAD.size + len(stats.OP_KINDS) * stats._OPKIND.size
+    assert native["CommStats.arrivals_judged"] == ops_end  # appended: shorter-layout readers skip them
+    assert native["CommStats.last_arrival_lag_ns"] == ops_end + 16
+    assert native["CommStats.arrival_lag"] == ops_end + 40
+    assert native["sizeof.CommStats"] == ops_end + stats._ARRIVALS.size + stats._DIGESTS.size
     assert native["sizeof.LinkStats"] == stats._LINK.size + stats._HEALTH.size
     assert native["LinkStats.health"] == stats._LINK.size  # appended: shorter-layout readers skip it
-    assert native["sizeof.OpRecord"] == stats._RECORD.size + stats._RECORD_NAMES.size
+    assert native["sizeof.OpRecord"] == stats._RECORD.size + stats._RECORD_NAMES.size + stats._RECORD_ARRIVAL.size
+    assert native["OpRecord.last_arrival_rank"] == stats._RECORD.size + stats._RECORD_NAMES.size
+    assert native["OpRecord.arrival_lag_ns"] == native["OpRecord.last_arrival_rank"] + 8
     assert native["OpRecord.device"] == stats._RECORD.size  # version 4's names follow the older fields
     assert native["StatsHeader.island_device"] == stats._HEADER.size
     assert native["StatsHeader.island_library"] == stats._HEADER.size + 16

@@ -21,6 +21,7 @@ void registerErrors(py::module_& m) {
   static PyObject* timeout = py::object(errors.attr("OpTimeoutError")).release().ptr();
   static PyObject* aborted = py::object(errors.attr("CommAbortedError")).release().ptr();
   static PyObject* auth = py::object(errors.attr("AuthError")).release().ptr();
+  static PyObject* data = py::object(errors.attr("DataMismatchError")).release().ptr();
   // Messages may quote peers' host names and OS text: made valid UTF-8 first, or Python
   // would raise UnicodeDecodeError in place of the error itself.
   py::register_exception_translator([](std::exception_ptr p) {
@@ -42,6 +43,17 @@ void registerErrors(py::module_& m) {
       PyErr_SetString(timeout, utf8Valid(e.what()).c_str());
     } catch (const AbortedError& e) {
       PyErr_SetString(aborted, utf8Valid(e.what()).c_str());
+    } catch (const DataMismatchError& e) {
+      py::gil_scoped_acquire gil;
+      py::object exc = py::reinterpret_borrow<py::object>(data)(utf8Valid(e.what()));
+      py::list ranks;
+      for (int r : e.ranks) ranks.append(r);
+      exc.attr("ranks") = ranks;
+      exc.attr("op") = e.op;
+      exc.attr("comm") = e.comm;
+      exc.attr("seq") = e.seq;
+      exc.attr("element") = e.element >= 0 ? py::object(py::int_(e.element)) : py::object(py::none());
+      PyErr_SetObject(data, exc.ptr());
     } catch (const AuthError& e) {
       PyErr_SetString(auth, utf8Valid(e.what()).c_str());
     } catch (const Error& e) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "hetobs/collectives/digest.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/json.h"
 #include "hetobs/common/wire.h"
@@ -63,6 +64,12 @@ py::dict recordDict(const OpRecord& r) {
                                                    : py::object(py::none());
   d["algbw_gbps"] = r.algbw_gbps;
   d["busbw_gbps"] = r.busbw_gbps;
+  // Who arrived last (record/arrival.h), as this rank heard it; None where not known.
+  const bool known = (r.arrival_flags & kArrivalKnown) != 0;
+  d["last_arrival_rank"] = known ? py::object(py::int_(r.last_arrival_rank)) : py::object(py::none());
+  d["arrival_lag_ns"] = known ? py::object(py::int_(r.arrival_lag_ns)) : py::object(py::none());
+  d["behind_first_ns"] = known ? py::object(py::int_(r.behind_first_ns)) : py::object(py::none());
+  d["arrival_judged"] = known ? py::object(py::bool_((r.arrival_flags & kArrivalJudged) != 0)) : py::object(py::none());
   d["error"] = r.error[0] ? py::object(py::str(utf8Valid(r.error))) : py::object(py::none());
   // Hierarchical (island) ops only; None for every other op, so every record has the keys.
   if (r.island[0]) {
@@ -100,6 +107,7 @@ void registerConstants(py::module_& m) {
   m.attr("STATS_LAYOUT_VERSION") = stats::kVersion;
   m.attr("LATENCY_BUCKETS") = stats::kLatencyBuckets;
   m.attr("BANDWIDTH_BUCKETS") = stats::kBandwidthBuckets;
+  m.attr("LAG_BUCKETS") = stats::kLagBuckets;
   m.attr("OP_KINDS") = names<OpKind>(opName);
   m.attr("DTYPES") = names<DType>(dtypeName);
   py::list sizes;
@@ -142,6 +150,25 @@ void registerRecords(py::module_& m) {
     for (const auto& r : snap) out.append(recordDict(r));
     return out;
   }, "Every op record of this process, oldest first.");
+  m.def(
+      "bench_digest",
+      [](size_t bytes, long iters) {
+        // What HETOBS_DIGEST adds to a sampled op besides its 8-byte exchange: one hash of the result.
+        std::vector<uint8_t> buf(bytes);
+        for (size_t i = 0; i < bytes; ++i) buf[i] = uint8_t(i * 131 + 7);
+        uint64_t sink = 0;
+        double best = 1e300;
+        for (int round = 0; round < 5; ++round) {
+          int64_t t0 = monoNs();
+          for (long i = 0; i < iters; ++i) sink ^= digestBytes(buf.data(), bytes);
+          best = std::min(best, double(monoNs() - t0) / double(iters));
+        }
+        volatile uint64_t keep = sink;
+        (void)keep;
+        return best;
+      },
+      py::arg("bytes"), py::arg("iterations") = 20,
+      "ns per digest of `bytes` bytes (collectives/digest.h; best of 5 rounds).");
   m.def(
       "bench_recorder",
       [](long iters) {
@@ -193,7 +220,8 @@ void registerRecords(py::module_& m) {
     OFF(LinkStats, transport); OFF(LinkStats, counters); OFF(LinkStats, progress); OFF(LinkStats, health);
     OFF(OpRecord, record_id); OFF(OpRecord, algbw_gbps); OFF(OpRecord, root_or_peer); OFF(OpRecord, op);
     OFF(OpRecord, error); OFF(OpRecord, island); OFF(OpRecord, phases); OFF(OpRecord, device);
-    OFF(OpRecord, library);
+    OFF(OpRecord, library); OFF(OpRecord, last_arrival_rank); OFF(OpRecord, arrival_lag_ns);
+    OFF(CommStats, arrivals_judged); OFF(CommStats, arrival_lag); OFF(CommStats, last_arrival_lag_ns);
 #undef OFF
     d["sizeof.StatsHeader"] = sizeof(StatsHeader);
     d["sizeof.CommStats"] = sizeof(CommStats);

@@ -71,6 +71,10 @@ CONFIDENCE: dict[VerdictKind, dict[str, float]] = {
         "bandwidth_outlier": 0.6,  # far below the other links of its transport
         "tcp_outlier": 0.6,  # a live window: far less delivered (or far longer rtt) than the best link
     },
+    K.DATA_MISMATCH: {
+        "majority": 0.95,  # the rank's result digest differs from the one most ranks hold
+        "no_majority": 0.4,  # the results differ, no digest has a majority: every rank named, none blamed
+    },
 }
 
 

@@ -33,6 +33,7 @@ from .matcher import Stuck, find_stuck, fold_consequences, mismatch_verdicts, no
 from .islands import annotate as annotate_islands
 from .islands import relay_link_verdicts
 from .paths import path_verdicts
+from .integrity import data_mismatch_verdicts
 from .perf import slow_link_verdicts, straggler_verdicts
 from .progress import walk
 from .ranktable import rank_table
@@ -252,6 +253,10 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
     if not any(v.kind.is_fault and v.confidence >= MIN_EXCLUDE_CONFIDENCE for v in verdicts):
         for v in _timeout_verdicts(job, causes, blamed):
             add(v)
+
+    # Silent data corruption the ranks' result digests caught (integrity.py).
+    for v in data_mismatch_verdicts(job):
+        add(v)
 
     verdicts = orient_links(job, verdicts)  # a stalled pair: only the direction that loses packets
     verdicts = merge_host_verdicts(job, verdicts)  # every rank of a host silent: one verdict for the host

@@ -291,13 +291,17 @@ class CauseInfo(NamedTuple):
     seq: Optional[int]
     peer: Optional[int]
     gone: bool = False  # first-hand: `peer`'s listener refused every redial
+    # data_mismatch only (HETOBS_DIGEST): the communicator and the first differing element.
+    comm: Optional[int] = None
+    element: Optional[int] = None
 
 
 def _cause_info(c: Any) -> Optional[CauseInfo]:
     if type(c) is not dict or type(c.get("kind")) is not str:
         return None
     return CauseInfo(c["kind"], _ranks(c.get("culprits")), _int(c.get("reporter")), _ranks(c.get("messengers")),
-                     _str(c.get("op")), _int(c.get("seq")), _int(c.get("peer")), c.get("gone") is True)
+                     _str(c.get("op")), _int(c.get("seq")), _int(c.get("peer")), c.get("gone") is True,
+                     _int(c.get("comm_id")), _int(c.get("element")))
 
 
 def _waits(v: Any) -> Optional[tuple[Wait, ...]]:

@@ -83,6 +83,12 @@ class VerdictKind(str, Enum):
     that were both alive: blame the link, not either rank; `links` gives the direction that
     loses packets where the ends' reconnect records tell it (transport.py)."""
 
+    DATA_MISMATCH = "data_mismatch"
+    """The ranks' results of one collective differ where they must be bit-identical (result
+    digests, HETOBS_DIGEST): silent data corruption. The ranks named hold a result that
+    differs from the majority's; `seq`, `op`, `comm` and the evidence's first differing
+    element say where (integrity.py)."""
+
     @property
     def is_fault(self) -> bool:
         return self not in (VerdictKind.STRAGGLER, VerdictKind.SLOW_LINK)

@@ -3,9 +3,12 @@
 #include <algorithm>
 
 #include "hetobs/collectives/algorithm.h"
+#include "hetobs/collectives/digest.h"
+#include "hetobs/common/env_config.h"
 #include "hetobs/comm/endpoint.h"
 #include "hetobs/observe/runtime.h"
 #include "hetobs/observe/state_json.h"
+#include "hetobs/record/arrival.h"
 #include "hetobs/stats/op_stats.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/error.h"
@@ -29,6 +32,13 @@ uint64_t mix(uint64_t x) {
 
 Communicator::Communicator(std::shared_ptr<Endpoint> endpoint, uint64_t id, std::vector<int> globalRanks, int rank)
     : endpoint_(std::move(endpoint)), id_(id), global_(std::move(globalRanks)), rank_(rank) {
+  // Both kernel clocks, read side by side: the offset errs by well under a microsecond and is the
+  // same for every process of a host (unless the wall clock is stepped between their starts).
+  const int64_t m0 = systemMonoNs(), w = wallNs(), m1 = systemMonoNs();
+  wallMinusSysMonoNs_ = w - (m0 + m1) / 2;
+  const DigestSettings& ds = digestSettings();
+  digestOn_ = ds.on;
+  flipArmed_ = ds.flip_seq >= 0;
   sendSeq_.assign(global_.size(), 0);
   recvSeq_.assign(global_.size(), 0);
   relaySeq_.assign(global_.size(), 0);
@@ -53,7 +63,10 @@ void Communicator::connect() {
   Runtime* rt = Runtime::get();
   cstats_ = Runtime::commStats(&ownStats_, id_, size(), rank_);
   for (auto& ch : channels_)
-    if (ch) ch->bindStats(rt ? rt->stats().allocLink() : nullptr, id_);
+    if (ch) {
+      ch->bindStats(rt ? rt->stats().allocLink() : nullptr, id_);
+      ch->bindArrival(&arrival_);
+    }
   if (rt) rt->registerComm(shared_from_this());
 }
 
@@ -72,7 +85,8 @@ void Communicator::statsBegin(uint64_t rid, const OpDesc& d, int64_t startMono) 
   __atomic_store_n(&c->version, v + 2, __ATOMIC_RELEASE);
 }
 
-void Communicator::statsEnd(const OpDesc& d, uint64_t bytes, int64_t startMono, int64_t endMono, bool ok) {
+void Communicator::statsEnd(const OpDesc& d, uint64_t bytes, int64_t startMono, int64_t endMono, bool ok,
+                            const ArrivalInfo* arrival) {
   int64_t durNs = endMono - startMono;
   inflightRecord_.store(0, std::memory_order_release);
   stats::CommStats* c = cstats_;
@@ -84,6 +98,16 @@ void Communicator::statsEnd(const OpDesc& d, uint64_t bytes, int64_t startMono, 
     stats::noteOpEnd(c->ops[uint8_t(d.op)], bytes, durNs, ok, busBwFactor(uint8_t(d.op), size()),
                      [](uint64_t& counter, uint64_t n) { counter += n; });  // we hold the seqlock
   if (!ok) c->failed = 1;
+  if (arrival && (arrival->flags & kArrivalJudged)) {
+    ++c->arrivals_judged;
+    c->last_arrival_rank = arrival->last_rank;
+    c->last_arrival_lag_ns = arrival->lag_ns;
+    if (arrival->last_rank == worldRanks()[size_t(rank_)]) {  // each op counted once job-wide: by its last rank
+      ++c->last_arrivals;
+      c->arrival_lag_total_ns += uint64_t(arrival->lag_ns);
+      ++c->arrival_lag[stats::log2Bucket(uint64_t(arrival->lag_ns) / 1000, stats::kLagBuckets)];
+    }
+  }
   c->inflight_record = 0;
   __atomic_store_n(&c->version, v + 2, __ATOMIC_RELEASE);
   if (Runtime* rt = Runtime::get()) rt->noteProgressAt(endMono);
@@ -163,7 +187,7 @@ std::shared_ptr<Work> Communicator::submit(const OpArgs& args, bool async) {
   auto runHere = [&] {
     std::lock_guard<std::mutex> ex(execMu_);
     int64_t now = monoNs();
-    execute(args, now, now);
+    execute(args, now, now, systemMonoNs());
   };
   // A blocking op with nothing queued runs without the queue's lock: pending_ only grows
   // under it, and this thread's own earlier async ops were counted before they returned.
@@ -175,7 +199,7 @@ std::shared_ptr<Work> Communicator::submit(const OpArgs& args, bool async) {
   if (async || pending_ > 0) {
     if (!worker_.joinable()) worker_ = std::thread([this] { workerLoop(); });
     auto w = std::make_shared<Work>();
-    queue_.push_back(Task{args, monoNs(), w});
+    queue_.push_back(Task{args, monoNs(), w, systemMonoNs()});
     ++pending_;
     qcv_.notify_all();
     lk.unlock();
@@ -204,7 +228,7 @@ void Communicator::workerLoop() {
       if (failed_.load())
         throw AbortedError(strFormat("communicator %llu is unusable after an earlier failure: %s",
                                      (unsigned long long)id_, cause_.c_str()));
-      execute(task.args, task.enqueue_ns, monoNs());
+      execute(task.args, task.enqueue_ns, monoNs(), task.entry_sys_ns);
     } catch (...) {
       err = std::current_exception();
     }
@@ -216,7 +240,7 @@ void Communicator::workerLoop() {
   }
 }
 
-void Communicator::execute(const OpArgs& a, int64_t enqueueNs, int64_t start) {
+void Communicator::execute(const OpArgs& a, int64_t enqueueNs, int64_t start, int64_t entrySysNs) {
   // Describe the op as every peer must see it.
   OpDesc d;
   d.comm_tag = uint32_t(id_);
@@ -282,8 +306,15 @@ void Communicator::execute(const OpArgs& a, int64_t enqueueNs, int64_t start) {
     setName(rec.device, deviceTypeNameOf(a.relay->device_type).c_str());
   }
   rec.t_start_ns = start;
+  // Who arrives last: this rank's entry (when the caller called: an async op may start later,
+  // behind earlier ones) goes out in every data frame the op sends (record/arrival.h).
+  const bool arrivals = !p2p && size() > 1 && size() <= arrival::kMaxRanks;
+  entryUs_ = arrivals ? uint64_t((entrySysNs + wallMinusSysMonoNs_) / 1000) : 0;
+  arrival_ = arrivals ? arrival::make(rank_, entryUs_, 0) : 0;
   Recorder& recorder = Recorder::instance();
   uint64_t rid = recorder.begin(rec);
+  DigestVerdict digest;
+  bool corrupt = false;
   for (auto& ch : channels_)
     if (ch) ch->progress().reset();
   statsBegin(rid, d, start);
@@ -303,6 +334,7 @@ void Communicator::execute(const OpArgs& a, int64_t enqueueNs, int64_t start) {
     // A peer announced a mismatch at this seq while the op before it still ran here.
     if (!deferredMismatch_.empty()) throw deferredMismatch_.front();
     runCollective(*this, a);
+    if (__builtin_expect(digestOn_ || flipArmed_, 0) && !p2p) corrupt = checkResult(a, &digest);
   } catch (...) {
     std::exception_ptr ep = std::current_exception();
     std::string what = "failed";
@@ -317,8 +349,94 @@ void Communicator::execute(const OpArgs& a, int64_t enqueueNs, int64_t start) {
     handleFailure(ep);
   }
   int64_t end = monoNs();
-  recorder.markFinished(rid, end, true, nullptr);
-  statsEnd(d, rec.bytes, start, end, true);
+  ArrivalInfo arrived;
+  if (arrivals) judgeArrival(a, &arrived);
+  if (corrupt) {
+    // The op finished (the transport is sound), but ranks' results differ: told after the dump.
+    std::vector<int> ranks;
+    std::string msg = reportDataMismatch(digest, &ranks);
+    if (digestSettings().raise) {
+      recorder.markFinished(rid, end, false, msg.c_str(), nullptr, arrivals ? &arrived : nullptr);
+      statsEnd(d, rec.bytes, start, end, true, arrivals ? &arrived : nullptr);
+      throw DataMismatchError(msg, ranks, opName(d.op), id_, d.seq, digest.element);
+    }
+  }
+  recorder.markFinished(rid, end, true, nullptr, nullptr, arrivals ? &arrived : nullptr);
+  statsEnd(d, rec.bytes, start, end, true, arrivals ? &arrived : nullptr);
+}
+
+bool Communicator::checkResult(const OpArgs& a, DigestVerdict* out) {
+  const DigestSettings& ds = digestSettings();
+  if (flipArmed_ && uint64_t(ds.flip_seq) == desc_.seq)
+    flipResultBit(a, ds.flip_element, ds.flip_bit);  // HETOBS_TEST_FLIP_BIT: test only
+  if (!ds.on || size() < 2 || desc_.seq % ds.every != 0) return false;
+  uint8_t* data = nullptr;
+  size_t count = 0;
+  if (!resultOf(a, &data, &count)) return false;
+  bool differs = compareResults(*this, a, out);
+  noteDigest(differs && std::find(out->differing.begin(), out->differing.end(), rank_) != out->differing.end());
+  return differs;
+}
+
+void Communicator::noteDigest(bool mismatch) {
+  stats::CommStats* c = cstats_;
+  uint64_t v = __atomic_load_n(&c->version, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->version, v + 1, __ATOMIC_RELAXED);
+  std::atomic_thread_fence(std::memory_order_release);
+  ++c->digests_checked;
+  if (mismatch) ++c->data_mismatches;
+  __atomic_store_n(&c->version, v + 2, __ATOMIC_RELEASE);
+}
+
+std::string Communicator::reportDataMismatch(const DigestVerdict& v, std::vector<int>* worldRanksOut) {
+  std::vector<int>& ranks = *worldRanksOut;
+  std::string list;
+  for (int r : v.differing) {
+    ranks.push_back(worldRanks()[size_t(r)]);
+    list += (list.empty() ? "" : ", ") + std::to_string(ranks.back());
+  }
+  const int me = worldRanks()[size_t(rank_)];
+  std::string where = v.element >= 0 ? strFormat("first differing element %lld", (long long)v.element)
+                                     : std::string("differing element not found");
+  std::string msg =
+      v.majority
+          ? strFormat("data mismatch in %s on comm %llu: the result of %s %s differs from the other ranks' (%s; "
+                      "this rank: %d)", desc_.str().c_str(), (unsigned long long)id_,
+                      ranks.size() > 1 ? "ranks" : "rank", list.c_str(), where.c_str(), me)
+          : strFormat("data mismatch in %s on comm %llu: the ranks' results differ with no majority (ranks %s; %s; "
+                      "this rank: %d)", desc_.str().c_str(), (unsigned long long)id_, list.c_str(), where.c_str(), me);
+  HETOBS_WARN("%s", msg.c_str());
+  if (Runtime* rt = Runtime::get()) {
+    // Every rank found the same difference at once: each writes its own dump of one incident.
+    DumpRequest req;
+    req.incident = strFormat("data-mismatch-c%llu-s%llu", (unsigned long long)id_, (unsigned long long)desc_.seq);
+    req.reason = "data_mismatch";
+    req.cause = msg;
+    req.cause_info.kind = "data_mismatch";
+    if (v.majority) req.cause_info.culprits = ranks;
+    req.cause_info.reporter = me;
+    req.cause_info.op = opName(desc_.op);
+    req.cause_info.seq = int64_t(desc_.seq);
+    req.cause_info.comm = int64_t(id_ & ((1ull << 53) - 1));
+    req.cause_info.element = v.element;
+    rt->dump(req);
+  }
+  return msg;
+}
+
+void Communicator::judgeArrival(const OpArgs& a, ArrivalInfo* out) const {
+  const uint64_t w = arrival_;
+  const int last = arrival::rankOf(w);
+  if (!(w & arrival::kValid) || last >= size()) return;
+  out->last_rank = worldRanks()[size_t(last)];
+  // The ring and direct algorithms bring every rank's entry to every rank; a chain only downstream.
+  const bool all = a.op != OpKind::kBroadcast && a.op != OpKind::kReduce;
+  out->flags = kArrivalKnown | (all ? kArrivalJudged : 0);
+  const int64_t spreadUs = int64_t(arrival::spreadOf(w));
+  out->lag_ns = spreadUs * 1000;
+  // Ours minus the first: ours minus the latest, plus the latest minus the first.
+  const int64_t behind = arrival::diff(entryUs_ & arrival::kTimeMask, arrival::timeOf(w)) + spreadUs;
+  out->behind_first_ns = (behind > 0 ? behind : 0) * 1000;
 }
 
 std::shared_ptr<Communicator> Communicator::split(int color, int key) {

@@ -131,6 +131,7 @@ void Communicator::ensureChannels(const std::vector<int>& want) {
     std::unique_ptr<Channel> ch = makeTcpChannel(p, fds[size_t(p)]);
     fds[size_t(p)] = -1;
     ch->bindStats(rt ? rt->stats().allocLink() : nullptr, id_);
+    ch->bindArrival(&arrival_);
     // Observers (dumps, links()) walk channels_ under observeMu_: a slot filled on demand
     // is filled under it too (once per peer, never on an op's data path).
     std::lock_guard<std::mutex> g(observeMu_);

@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -297,6 +298,37 @@ SuspectSettings suspectSettings() {
       HETOBS_WARN("%s; using %llu", b.message.c_str(), (unsigned long long)v.history_ops);
     }
     return v;
+  }();
+  return cached;
+}
+
+const DigestSettings& digestSettings() {
+  static const DigestSettings cached = [] {
+    DigestSettings d;
+    try {
+      d.on = flagSetting("HETOBS_DIGEST");
+      double rate = numberSetting("HETOBS_DIGEST_RATE");
+      d.every = rate >= 1.0 ? 1 : rate <= 0.0 ? 0 : uint64_t(std::llround(1.0 / rate));
+      if (d.every == 0) d.on = false;  // rate 0: nothing sampled
+      d.raise = choiceSetting("HETOBS_DIGEST_ACTION") == "raise";
+    } catch (const BadSetting& b) {
+      HETOBS_WARN("%s; result digests off", b.message.c_str());
+      d.on = false;
+    }
+    std::string flip = textSetting("HETOBS_TEST_FLIP_BIT");
+    if (!flip.empty()) {
+      unsigned long long seq = 0, element = 0;
+      unsigned bit = 0;
+      int got = sscanf(flip.c_str(), "%llu:%llu:%u", &seq, &element, &bit);
+      if (got >= 1) {
+        d.flip_seq = int64_t(seq);
+        d.flip_element = element;
+        d.flip_bit = bit;
+      } else {
+        HETOBS_WARN("HETOBS_TEST_FLIP_BIT='%s': expected SEQ[:ELEMENT[:BIT]]; ignored", flip.c_str());
+      }
+    }
+    return d;
   }();
   return cached;
 }

@@ -58,6 +58,13 @@ void writeEntry(JsonWriter& w, const OpRecord& r) {
   if (r.t_end_ns && r.t_start_ns) w.field("duration_ms", double(r.t_end_ns - r.t_start_ns) / 1e6);
   else w.nullField("duration_ms");
   w.field("algbw_gbps", r.algbw_gbps).field("busbw_gbps", r.busbw_gbps);
+  // Who arrived last (record/arrival.h), as this rank heard it; null where not known.
+  if (r.arrival_flags & kArrivalKnown) {
+    w.field("last_arrival_rank", r.last_arrival_rank).field("arrival_lag_ns", r.arrival_lag_ns);
+    w.field("behind_first_ns", r.behind_first_ns).field("arrival_judged", (r.arrival_flags & kArrivalJudged) != 0);
+  } else {
+    w.nullField("last_arrival_rank").nullField("arrival_lag_ns").nullField("behind_first_ns").nullField("arrival_judged");
+  }
   if (r.error[0]) w.field("error", std::string(r.error));
   else w.nullField("error");
   writeIslandFields(w, r, true);

@@ -114,6 +114,8 @@ void writeCauseInfo(JsonWriter& w, const char* key, const CauseInfo& c) {
   else w.nullField("seq");
   rankOrNull("peer", c.peer);
   w.field("gone", c.gone);
+  if (c.comm >= 0) w.field("comm_id", c.comm);
+  if (c.element >= 0) w.field("element", c.element);
   w.endObject();
 }
 

@@ -226,9 +226,16 @@ void Recorder::markStarted(uint64_t id, int64_t t_ns) {
   });
 }
 
-void Recorder::markFinished(uint64_t id, int64_t t_ns, bool ok, const char* error, const IslandPhases* phases) {
+void Recorder::markFinished(uint64_t id, int64_t t_ns, bool ok, const char* error, const IslandPhases* phases,
+                            const ArrivalInfo* arrival) {
   update(id, [&](OpRecord& r) {
     if (phases) r.phases = *phases;
+    if (arrival) {
+      r.last_arrival_rank = arrival->last_rank;
+      r.arrival_flags = arrival->flags;
+      r.arrival_lag_ns = arrival->lag_ns;
+      r.behind_first_ns = arrival->behind_first_ns;
+    }
     r.t_end_ns = t_ns;
     int64_t dt = t_ns - (r.t_start_ns ? r.t_start_ns : r.t_enqueue_ns);
     if (ok && dt > 0) {

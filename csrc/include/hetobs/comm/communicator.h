@@ -137,7 +137,9 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
  private:
   void adaptSpin(bool spun, bool spunOut);
   // `start`: when it starts (a blocking op: when it was enqueued, one clock read for both).
-  void execute(const OpArgs& args, int64_t enqueueNs, int64_t start);
+  // `entrySysNs`: the caller's call as CLOCK_MONOTONIC itself (the who-arrives-last stamp: exact
+  // between processes of a host, unlike monoNs(), whose per-process calibration errs by microseconds).
+  void execute(const OpArgs& args, int64_t enqueueNs, int64_t start, int64_t entrySysNs);
   void workerLoop();
   OpDesc expectFrom(int peer) const;
   OpDesc descFor(int peer) const;  // what our frames to `peer` carry
@@ -221,7 +223,24 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   stats::CommStats* cstats_ = nullptr;
   std::unique_ptr<stats::CommStats> ownStats_;
   void statsBegin(uint64_t rid, const OpDesc& d, int64_t startMono);
-  void statsEnd(const OpDesc& d, uint64_t bytes, int64_t startMono, int64_t endMono, bool ok);
+  void statsEnd(const OpDesc& d, uint64_t bytes, int64_t startMono, int64_t endMono, bool ok,
+                const ArrivalInfo* arrival = nullptr);
+  // Who arrived last (record/arrival.h): the running collective's arrival word, which the
+  // channels' data frames carry and fold (Channel::bindArrival), and what it says at the end.
+  uint64_t arrival_ = 0;
+  uint64_t entryUs_ = 0;  // this rank's entry into the running op, wall-clock microseconds
+  int64_t wallMinusSysMonoNs_ = 0;  // CLOCK_REALTIME - CLOCK_MONOTONIC, read at construction
+  // HETOBS_DIGEST / HETOBS_TEST_FLIP_BIT as read once per process, copied here so an op with digests
+  // off pays one predictable branch (docs/digests.md: "off costs nothing measurable").
+  bool digestOn_ = false;
+  bool flipArmed_ = false;
+  void judgeArrival(const OpArgs& a, ArrivalInfo* out) const;
+  // Result digests (collectives/digest.h): the test hook's bit flip, then, on sampled ops, the
+  // comparison. True when ranks' results differ (*out says who and where).
+  bool checkResult(const OpArgs& a, struct DigestVerdict* out);
+  // Count, log and dump a difference; returns the message the op raises with.
+  std::string reportDataMismatch(const struct DigestVerdict& v, std::vector<int>* worldRanksOut);
+  void noteDigest(bool mismatch);
   void reportFailure(const std::string& msg, uint64_t seq);  // error dump + ask peers, before the throw
   // The failure as data (dump 2.1 cause_info, global ranks): what comms[].abort says, with the
   // culprits resolved (the vote's deviants, every peer a timeout waited on, the other end).
@@ -254,6 +273,7 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
     OpArgs args;
     int64_t enqueue_ns;
     std::shared_ptr<Work> work;
+    int64_t entry_sys_ns;
   };
   std::deque<Task> queue_;
   std::atomic<int> pending_{0};

@@ -82,6 +82,17 @@ SuspectSettings suspectSettings();
 // HETOBS_SHM_SINGLE_COPY_BYTES: shared-memory messages from this size are read straight out of
 // the sender's buffer (transport/shm/single_copy.h). Read once per process.
 uint64_t shmSingleCopyBytes();
+// HETOBS_DIGEST*: result digests compared across ranks (collectives/digest.h), and the test-only
+// HETOBS_TEST_FLIP_BIT. Read once per process (a bad value is logged and the default kept).
+struct DigestSettings {
+  bool on = false;
+  uint64_t every = 32;     // check sequence ids that are multiples of this (1 / HETOBS_DIGEST_RATE)
+  bool raise = true;       // HETOBS_DIGEST_ACTION=raise
+  int64_t flip_seq = -1;   // HETOBS_TEST_FLIP_BIT: the op (-1: off), element, bit
+  uint64_t flip_element = 0;
+  uint32_t flip_bit = 0;
+};
+const DigestSettings& digestSettings();
 
 // A job id is a plain name: no '/', not "." or "..", at most 128 characters.
 bool validJobId(const std::string& id);

@@ -2,8 +2,10 @@
 // Exception hierarchy of the native core. Every message names what failed and,
 // where a peer is involved, which peer (rank, host) and which op: that detail is
 // what turns "timeout" into a diagnosis.
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace hetobs {
 
@@ -34,6 +36,18 @@ class TimeoutError : public Error {
 class AbortedError : public Error {
  public:
   using Error::Error;
+};
+// Ranks' results of one collective differ (HETOBS_DIGEST, collectives/digest.h): the op
+// finished, but some rank's copy of what must be identical everywhere is not.
+class DataMismatchError : public Error {
+ public:
+  DataMismatchError(const std::string& msg, std::vector<int> ranks, std::string op, uint64_t comm, uint64_t seq,
+                    int64_t element)
+      : Error(msg), ranks(std::move(ranks)), op(std::move(op)), comm(comm), seq(seq), element(element) {}
+  std::vector<int> ranks;  // world ranks whose result differs from the majority's (every rank: no majority)
+  std::string op;
+  uint64_t comm = 0, seq = 0;
+  int64_t element = -1;  // the first differing element (-1: not found)
 };
 // Handshake authentication failed.
 class AuthError : public Error {

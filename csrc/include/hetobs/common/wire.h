@@ -64,7 +64,12 @@ struct FrameHeader {
   uint64_t count;
   uint64_t chunk;          // kData: this chunk's number; kAck: chunks received so far
   uint64_t bytes;          // payload bytes following the header (kAbort: message text)
-  uint64_t reserved[2];
+  // kData: the latest entry into this op the sender knows of (record/arrival.h: who arrives
+  // last, carried by every data frame, so it costs no message of its own); 0: none.
+  uint64_t arrival;
+  // The transport's own word: shared memory carries a mail frame's payload (up to 8 bytes)
+  // or a single-copy frame's buffer address and mark here (transport/shm/single_copy.h).
+  uint64_t aux;
 
   OpDesc desc() const;
   void setDesc(const OpDesc& d);

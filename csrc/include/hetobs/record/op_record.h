@@ -49,6 +49,9 @@ struct IslandPhases {
   uint32_t reserved;
 };
 
+constexpr uint32_t kArrivalKnown = 1;   // OpRecord::arrival_flags
+constexpr uint32_t kArrivalJudged = 2;  // every rank's entry reached this rank: counted
+
 struct OpRecord {
   // Seqlock: odd while a writer is inside; readers retry until they see the same even value twice.
   uint64_t version;  // accessed only with __atomic builtins (the struct must stay plain data)
@@ -83,6 +86,13 @@ struct OpRecord {
   // hierarchical op: the library inside the rank's island). "" where not known.
   char device[kDeviceNameBytes];
   char library[kLibraryNameBytes];
+  // Appended without a stats layout bump (readers step by record_bytes and read these when it
+  // has room): who arrived last at this collective (record/arrival.h), as this rank heard it.
+  // Zero (a record's default) means not known: p2p, one rank, a failed op, a vendor backend.
+  int32_t last_arrival_rank;   // world rank, valid with kArrivalKnown
+  uint32_t arrival_flags;      // kArrivalKnown | kArrivalJudged (every rank's entry reached this rank)
+  int64_t arrival_lag_ns;      // the last entry minus the first
+  int64_t behind_first_ns;     // this rank's entry minus the first
 };
 
 // Copy a name into a fixed record field (cut, NUL-terminated).

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "hetobs/record/arrival.h"
 #include "hetobs/record/op_record.h"
 
 namespace hetobs {
@@ -33,7 +34,9 @@ class Recorder {
   uint64_t begin(const OpRecord& init);
   // Mark started / finished. Cheap, lock-free; silently ignored if the slot was reused.
   // `phases`: a hierarchical op's phase times, copied in under the same seqlock write.
-  void markFinished(uint64_t id, int64_t t_ns, bool ok, const char* error, const IslandPhases* phases = nullptr);
+  // `arrival`: who arrived last at a collective (record/arrival.h), under the same write.
+  void markFinished(uint64_t id, int64_t t_ns, bool ok, const char* error, const IslandPhases* phases = nullptr,
+                    const ArrivalInfo* arrival = nullptr);
   void markStarted(uint64_t id, int64_t t_ns);
   // Oldest-first consistent copy of the live records.
   std::vector<OpRecord> snapshot() const;

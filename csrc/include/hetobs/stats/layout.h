@@ -41,6 +41,7 @@ constexpr uint32_t kHeaderBytes = 4096;
 constexpr uint32_t kOpKinds = uint32_t(OpKind::kCount);  // every kind, relay included
 constexpr uint32_t kLatencyBuckets = 24;  // bucket b counts ops with duration < 2^b microseconds (last: the rest)
 constexpr uint32_t kBandwidthBuckets = 20;  // bucket b counts ops with busbw < 2^b MB/s (last: the rest)
+constexpr uint32_t kLagBuckets = 28;  // arrival lag: bucket b counts lags < 2^b microseconds (last: the rest)
 
 enum class RankState : uint32_t { kRunning = 0, kExitedCleanly = 1 };
 
@@ -103,6 +104,25 @@ struct CommStats {
   uint32_t inflight_op;           // OpKind
   uint32_t failed;
   OpKindStats ops[kOpKinds];
+  // Appended without a version bump (readers step through comms by comm_bytes and read these
+  // when comm_bytes has room): who arrived last at this communicator's collectives
+  // (record/arrival.h). Judged: every rank's entry reached this rank. Each op is counted as a
+  // last arrival on exactly one rank (the one that entered last), so summing last_arrivals
+  // over ranks gives the judged ops, and a rank's share of them says how often it held the
+  // others up; the histogram is of how far it came behind the first rank when it did.
+  // What every judged op writes comes first (one cache line); the last rank's own counts after it.
+  uint64_t arrivals_judged;
+  int32_t last_arrival_rank;          // world rank last at the newest judged op (once arrivals_judged > 0)
+  uint32_t arrival_pad;
+  int64_t last_arrival_lag_ns;        // and how far behind the first it came
+  uint64_t last_arrivals;
+  uint64_t arrival_lag_total_ns;
+  uint64_t arrival_lag[kLagBuckets];  // bucket b: lag < 2^b microseconds (the last: the rest)
+  // Appended likewise: result digests (HETOBS_DIGEST, collectives/digest.h). Checked: sampled
+  // collectives whose digests the ranks compared; mismatches: of those, the ones where this
+  // rank's result differed from the majority's (so the rank label names the corrupt copy).
+  uint64_t digests_checked;
+  uint64_t data_mismatches;
 };
 
 struct LinkStats {

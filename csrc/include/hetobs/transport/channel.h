@@ -13,6 +13,7 @@
 
 #include "hetobs/common/error.h"
 #include "hetobs/common/wire.h"
+#include "hetobs/record/arrival.h"
 #include "hetobs/record/progress.h"
 #include "hetobs/stats/layout.h"
 
@@ -176,6 +177,9 @@ class Channel {
   }
   // Move the counters into the rank's stats segment (before the first op); nullptr keeps them private.
   void bindStats(stats::LinkStats* slot, uint64_t commId);
+  // The communicator's arrival word for the running op (record/arrival.h): data frames sent
+  // carry it, data frames received are folded into it. Only the op's thread touches it.
+  void bindArrival(uint64_t* word) { arrival_ = word; }
 
  protected:
   explicit Channel(PeerInfo peer);
@@ -194,6 +198,12 @@ class Channel {
   uint64_t framesSent_ = 0;  // numbering of our frames on this link
   uint64_t framesRecv_ = 0;  // frames received on this link
   uint64_t sentBase_ = 0;    // framesSent_ when the current op started sending
+  uint64_t arrivalOut() const { return arrival_ ? *arrival_ : 0; }
+  // Fold a received data frame's word in (after its op was checked to be ours). Idempotent.
+  void arrivalIn(uint64_t w) const {
+    if (arrival_) *arrival_ = arrival::combine(*arrival_, w);
+  }
+  uint64_t* arrival_ = nullptr;
 
   PeerInfo peer_;
   std::unique_ptr<stats::LinkStats> ownStats_;

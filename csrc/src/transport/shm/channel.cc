@@ -33,13 +33,14 @@ constexpr uint64_t kPiecesPerMessage = 4;
 constexpr uint64_t kMinPieceBytes = 16 * 1024;
 std::atomic<bool> refusalLogged{false};
 
-FrameHeader dataHeader(const OpDesc& desc, uint64_t chunk, uint64_t bytes) {
+FrameHeader dataHeader(const OpDesc& desc, uint64_t chunk, uint64_t bytes, uint64_t arrival = 0) {
   FrameHeader h{};
   h.magic = kFrameMagic;
   h.kind = uint8_t(FrameKind::kData);
   h.setDesc(desc);
   h.chunk = chunk;
   h.bytes = bytes;
+  h.arrival = arrival;
   return h;
 }
 
@@ -155,11 +156,9 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
       if (piece == 0) break;
     }
     if (closed_) throwClosed("while this rank was sending");
-    FrameHeader h = dataHeader(desc, framesSent_, piece);
-    if (named) {  // the ring carries the header; the peer reads the bytes from our buffer
-      h.reserved[0] = reinterpret_cast<uint64_t>(item.data + item.offset);
-      h.reserved[1] = awaitingPushTo_ && item.frames == 0 ? kPushOfferMark : kSingleCopyMark;
-    }
+    FrameHeader h = dataHeader(desc, framesSent_, piece, arrivalOut());
+    if (named)  // the ring carries the header; the peer reads the bytes from our buffer
+      h.aux = markedAux(awaitingPushTo_ && item.frames == 0 ? kPushOfferMark : kSingleCopyMark, item.data + item.offset);
     publishFrame(h, named ? nullptr : item.data + item.offset);
     LinkCounters::add(counters().bytes_sent, piece);
     noteFrameSent(item, size_t(piece));
@@ -195,8 +194,13 @@ bool ShmChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
     FrameHeader h;
     copyOut(tail_, &h, sizeof h);
     checkIncoming(h, item, expect);
-    const bool offer = h.reserved[1] == kPushOfferMark, pushed = h.reserved[1] == kPushedMark;
-    const bool named = h.reserved[1] == kSingleCopyMark || offer;
+    const uint64_t mark = markOf(h.aux);
+    const bool offer = mark == kPushOfferMark, pushed = mark == kPushedMark;
+    const bool named = mark == kSingleCopyMark || offer;
+    if (mark != 0 && !offer && !pushed && !named)
+      throw PeerError(strFormat("protocol error in shared memory from %s: a frame with the unknown mark 0x%02llx",
+                                peer_.describe().c_str(), (unsigned long long)mark),
+                      peer_.rank, false);
     if (named && !readsPeer_)
       throw PeerError(strFormat("protocol error in shared memory from %s: a frame names the sender's buffer, but "
                                 "this rank never said it can read it", peer_.describe().c_str()),
@@ -241,6 +245,7 @@ void ShmChannel::checkIncoming(const FrameHeader& h, const RecvItem& item, const
                               peer_.describe().c_str(), h.magic),
                     peer_.rank, false);
   checkFrame(peer_, h.desc(), expect);
+  arrivalIn(h.arrival);
   if (h.bytes > item.len - item.offset)
     throw FrameMismatch(peer_.rank, h.desc(), expect,
                         strFormat("%s sent %llu more bytes than this rank expects for %s", peer_.describe().c_str(),
@@ -284,15 +289,15 @@ bool ShmChannel::pushRest(SendItem& item, const OpDesc& desc) {
       memcpy(item.alsoCopyTo + at, item.data + at, n);
       item.alsoCopied = size_t(at) + n;
     }
-    err = writePeer(peerPid_, to.reserved[0] + at, item.data + at, n);
+    err = writePeer(peerPid_, to.aux + at, item.data + at, n);
   }
   if (err != 0)
     throw PeerError(strFormat("cannot write %llu bytes into %s's buffer (shared-memory push): %s",
                               (unsigned long long)len, peer_.describe().c_str(), errnoString(err).c_str()),
                     peer_.rank, err == ESRCH);
   LinkCounters::add(pushBytes_, len);
-  FrameHeader h = dataHeader(desc, framesSent_, len);
-  h.reserved[1] = kPushedMark;
+  FrameHeader h = dataHeader(desc, framesSent_, len, arrivalOut());
+  h.aux = kPushedMark << kMarkShift;
   publishFrame(h, nullptr);
   LinkCounters::add(counters().bytes_sent, len);
   noteFrameSent(item, size_t(len));
@@ -308,7 +313,7 @@ void ShmChannel::answerPushOffer(const RecvItem& item, const OpDesc& expect) {
                     peer_.rank, false);
   // The whole buffer: the sender knows where its pushed part starts.
   FrameHeader to = dataHeader(expect, 0, item.len);
-  to.reserved[0] = reinterpret_cast<uint64_t>(item.dst);
+  to.aux = reinterpret_cast<uint64_t>(item.dst);
   publishSlot(out_->push_to, to, ++pushAnswers_);
   theirs_->header()->bell.ringIfWaiting(lightFence_);
   expectPushed_ = true;
@@ -331,8 +336,8 @@ bool ShmChannel::postMail(SendItem& item, const OpDesc& desc, uint64_t piece) {
     if (chunk - seenAcked_ >= kMailSlots) return false;
   }
   if (closed_) throwClosed("while this rank was sending");
-  FrameHeader h = dataHeader(desc, chunk, piece);
-  if (piece) memcpy(h.reserved, item.data + item.offset, size_t(piece));
+  FrameHeader h = dataHeader(desc, chunk, piece, arrivalOut());
+  if (piece) memcpy(&h.aux, item.data + item.offset, size_t(piece));
   publishSlot(out_->mail[chunk % kMailSlots], h, chunk);
   theirs_->header()->bell.ringIfWaiting(lightFence_);
   LinkCounters::add(counters().bytes_sent, piece);
@@ -351,7 +356,7 @@ bool ShmChannel::takeMail(RecvItem& item, const OpDesc& expect) {
   checkIncoming(h, item, expect);
   checkDataFrame(peer_, h, item, kMailPayload, framesRecv_, "shared-memory link");
   const size_t len = size_t(h.bytes);
-  const auto* payload = reinterpret_cast<const uint8_t*>(h.reserved);
+  const auto* payload = reinterpret_cast<const uint8_t*>(&h.aux);
   if (len && item.mode == RecvMode::kCopy) memcpy(item.dst + item.offset, payload, len);
   else if (len)
     reduceInto(item.dtype, item.redop, item.dst + item.offset, item.local + item.offset, payload,
@@ -375,7 +380,7 @@ bool ShmChannel::sendsSingleCopy(const SendItem& item, const OpDesc& desc) const
 
 void ShmChannel::receiveSingleCopy(RecvItem& item, const FrameHeader& h) {
   const size_t len = size_t(h.bytes);
-  const uint64_t addr = h.reserved[0];
+  const uint64_t addr = addrOf(h.aux);
   int err = 0;
   if (item.mode == RecvMode::kCopy) {
     err = readPeer(peerPid_, addr, item.dst + item.offset, len);

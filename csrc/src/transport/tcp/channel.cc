@@ -238,6 +238,7 @@ void TcpChannel::beginFrame(size_t len, size_t offset, const OpDesc& desc) {
   shdr_.setDesc(desc);
   shdr_.chunk = framesSent_;
   shdr_.bytes = std::min(len - offset, kTcpFrameBytes);
+  shdr_.arrival = arrivalOut();
   inFrame_ = true;
   frameOff_ = 0;
 }
@@ -657,6 +658,7 @@ bool TcpChannel::progressRecv(RecvItem& item, const OpDesc& expect) {
       }
     }
     checkFrame(peer_, rhdr_.desc(), expect);
+    arrivalIn(rhdr_.arrival);
     // Frames no sender makes (out of order, past the staging buffer, ...) first: they are
     // protocol errors whatever this rank expects. A well-formed frame with more bytes than
     // the item still lacks is a peer running another op (the pipelined ring's items are one

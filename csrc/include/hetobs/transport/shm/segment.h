@@ -9,6 +9,8 @@
 // flag (RingCtl): a frame may name bytes in the producer's memory instead of carrying them.
 // Version 3 added the mail slots and the push slot (RingCtl): small frames in one cache line
 // each beside the ring, and a receiver's buffer for a sender that writes part of a message.
+// Version 4: frames carry the arrival word; a mail frame's payload is 8 bytes (was 16) and a
+// single-copy frame's mark shares the aux word with the address.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -22,9 +24,9 @@ namespace hetobs {
 namespace shm {
 
 constexpr uint32_t kSegmentMagic = 0x4d485348;  // "HSHM"
-constexpr uint32_t kSegmentVersion = 3;
+constexpr uint32_t kSegmentVersion = 4;
 
-// Mail slots: a frame whose payload fits in a header's reserved words skips the ring. The
+// Mail slots: a frame whose payload fits in a header's aux word (8 bytes) skips the ring. The
 // producer writes frame c whole into slot c % kMailSlots and its chunk word last (release);
 // the consumer, due frame c, finds it complete when that slot's chunk word says c. One cache
 // line crosses between the cores per small message, where the ring moved three one after
@@ -32,7 +34,7 @@ constexpr uint32_t kSegmentVersion = 3;
 // those crossings. A slot is reused for frame c + kMailSlots only once the consumer has
 // acknowledged frame c (consumed_frames); with every slot still held, frames take the ring.
 constexpr uint32_t kMailSlots = 4;
-constexpr size_t kMailPayload = sizeof(FrameHeader::reserved);
+constexpr size_t kMailPayload = sizeof(FrameHeader::aux);
 constexpr uint64_t kNoMail = ~0ull;  // a slot's chunk word before its first frame
 
 struct RingCtl {
@@ -45,7 +47,7 @@ struct RingCtl {
   uint8_t pad_[64 - sizeof(std::atomic<uint64_t>) - sizeof(std::atomic<uint32_t>)];
   alignas(64) FrameHeader mail[kMailSlots];  // written by the producer; chunk words start at kNoMail
   // Written by the producer for the consumer: where the consumer may write the rest of the
-  // message it offered to push (single_copy.h): reserved[0] the address, bytes the length,
+  // message it offered to push (single_copy.h): aux the address, bytes the length,
   // the op's header, and chunk (last, release) the count of offers answered on this link.
   alignas(64) FrameHeader push_to;
 };

@@ -20,9 +20,14 @@
 namespace hetobs {
 namespace shm {
 
-// Marks a data frame whose payload stays in the sender's memory: FrameHeader.reserved[1]
-// holds it, reserved[0] the address (the ring carries the header only).
-constexpr uint64_t kSingleCopyMark = 0x31595043454c4753ull;  // "SGLECPY1"
+// A frame whose payload stays in the sender's memory carries a mark in the top byte of its
+// FrameHeader.aux word and the address below it (user-space addresses stay below 2^56, even
+// with 5-level paging); the ring carries the header only. A plain ring frame's aux is 0.
+// (Before the arrival word took FrameHeader's first spare word, the mark and the address
+// had one word each.)
+constexpr uint64_t kMarkShift = 56;
+constexpr uint64_t kAddrMask = (1ull << kMarkShift) - 1;
+constexpr uint64_t kSingleCopyMark = 0xA1;
 // Push: the sender writes (part of) a message into the receiver's buffer itself. A one-way
 // message between two ranks (broadcast) then keeps both cores copying: the sender names the
 // first half of its buffer (marking the first frame kPushOfferMark instead); the receiver
@@ -33,8 +38,13 @@ constexpr uint64_t kSingleCopyMark = 0x31595043454c4753ull;  // "SGLECPY1"
 // between two ranks has the receiver copy all of it. A two-rank all_gather pushes all of
 // each block (SendItem::pushAll, an offer frame naming nothing), each piece copied to the
 // sender's own output on the way (SendItem::alsoCopyTo): each block is read once, not twice.
-constexpr uint64_t kPushOfferMark = 0x31464f4853535550ull;  // "PUSHSOF1"
-constexpr uint64_t kPushedMark = 0x31444548535550ull;       // "PUSHED1"
+constexpr uint64_t kPushOfferMark = 0xA2;
+constexpr uint64_t kPushedMark = 0xA3;
+inline uint64_t markOf(uint64_t aux) { return aux >> kMarkShift; }
+inline uint64_t addrOf(uint64_t aux) { return aux & kAddrMask; }
+inline uint64_t markedAux(uint64_t mark, const void* addr) {
+  return mark << kMarkShift | (reinterpret_cast<uint64_t>(addr) & kAddrMask);
+}
 // From this size a send that may push (SendItem::mayPush) does (2 ranks, broadcast: 1.6x at
 // 256 KiB, 2x from 4 MiB against the receiver reading all of it; a C loop of the two calls;
 // docs/algorithms.md).
