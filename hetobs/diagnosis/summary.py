@@ -18,6 +18,7 @@ from .types import CommKey
 
 __all__ = [
     "SchemaError", "OpSig", "Rec", "IslandPhases", "PeerProg", "RelayPeer", "InFlight", "LinkStat", "LinkReconnect",
+    "ReconnectEvent",
     "AbortInfo", "CauseInfo", "Wait",
     "CommView",
     "RankDump", "RankMeta",
@@ -241,20 +242,43 @@ def _tcp_health(t: Any) -> Optional[TcpHealth]:
     return TcpHealth(*(_int(t.get(f)) for f in TcpHealth._fields))
 
 
+class ReconnectEvent(NamedTuple):
+    """One event of `links[].reconnect.events`, oldest first."""
+
+    time_ns: Optional[int]  # wall clock
+    what: str  # the sentence, for people ("" when a dump has none)
+    stage: Optional[str] = None  # broke | dial | probe | resume | end; None: a dump from before the fields
+    errno: int = 0  # errno the attempt's connects ended in (ECONNREFUSED: refused); 0: none
+    refused_ns: int = 0  # how long every connect had been refused when the attempt ended
+
+    def has_fields(self) -> bool:
+        """Whether the dump wrote the event as data (`stage`, `errno`), not only as a sentence."""
+        return self.stage is not None
+
+
 class LinkReconnect(NamedTuple):
     """`links[].reconnect`: what re-making the link met (docs/reconnect.md)."""
 
     state: Optional[str]  # up | re-making | down | closed
     breaks: int
     attempts: int
-    events: tuple[tuple[Optional[int], str], ...]  # (wall ns, what), oldest first
+    events: tuple[ReconnectEvent, ...]  # oldest first
+
+
+def _reconnect_event(e: Any) -> Optional[ReconnectEvent]:
+    if not isinstance(e, dict):
+        return None
+    what, stage = _str(e.get("what")), _str(e.get("stage"))
+    if what is None and stage is None:
+        return None
+    return ReconnectEvent(_int(e.get("time_ns")), what or "", stage, _int(e.get("errno")) or 0,
+                          _int(e.get("refused_ns")) or 0)
 
 
 def _reconnect(r: Any) -> Optional[LinkReconnect]:
     if not isinstance(r, dict):
         return None
-    events = tuple((_int(e.get("time_ns")), e["what"]) for e in _list(r.get("events"))
-                   if isinstance(e, dict) and isinstance(e.get("what"), str))
+    events = tuple(ev for ev in map(_reconnect_event, _list(r.get("events"))) if ev is not None)
     return LinkReconnect(_str(r.get("state")), _int(r.get("breaks")) or 0, _int(r.get("attempts")) or 0, events)
 
 
