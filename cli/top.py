@@ -2,8 +2,8 @@
 
 Reads the ranks' stats segments (like the exporter), so it keeps showing a rank that
 hangs or is stopped. Per rank: its host (and island, "node7 [b: hccl on npu]", in a
-heterogeneous job; `island`, `island_library` and `island_device` in --json), state, the op in flight with its sequence id, seconds
-since progress (yellow past half the threshold, red past it), busbw/algbw of the last
+heterogeneous job; `island`, `island_library` and `island_device` in --json), state, the op in flight
+with its sequence id, seconds since progress (yellow past half the threshold, red past it), busbw/algbw of the last
 window, ops in it; per link: send/receive throughput, busy share and network
 bandwidth; per rank also its busy share (compute between collectives over compute plus
 time inside them, `busy_share` in --json: an island well below the others waits for

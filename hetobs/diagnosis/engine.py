@@ -192,9 +192,9 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
     for r, rc in sorted(reach.items()):
         if rc.state == "dumped" or r in cut_off:
             continue
-        v = verdict_for(rc, nothing_else=False)
-        if v is not None:
-            add(v)
+        strong = verdict_for(rc, nothing_else=False)
+        if strong is not None:
+            add(strong)
         elif rc.state not in ("exited",):
             pending_reach.append(rc)
         elif rc.closed_by:

@@ -196,7 +196,8 @@ def _latest_complete(names: list[str], times: dict[str, Optional[int]], dumps: d
     """Of the incidents of the latest event, the one with the most rank dumps (then the latest):
     the one every rank it reached dumped into, not one that only a few ranks shared."""
     latest = max((t for t in times.values() if t is not None), default=None)
-    recent = [n for n in names if latest is None or (times[n] is not None and latest - times[n] <= _SAME_EVENT_NS)]
+    recent = [n for n in names
+              if latest is None or ((t := times[n]) is not None and latest - t <= _SAME_EVENT_NS)]
     return max(recent or names, key=lambda n: (dumps[n], times[n] is not None, times[n] or 0, n))
 
 

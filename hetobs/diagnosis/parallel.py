@@ -94,8 +94,11 @@ class _PassedFd:
         return _adopt_fd, (reduction.DupFd(self.fd),)
 
 
-def _init(fd: int, path: str, keep: int) -> None:
+def _init(fd: int | _PassedFd, path: str, keep: int) -> None:
+    """In the worker: `fd` arrives as the descriptor _PassedFd duplicated into this process."""
     global _worker
+    if not isinstance(fd, int):
+        raise TypeError("the incident directory's descriptor was not passed to the worker")
     _worker = (SafeDir(Path(path), fd), keep)
 
 

@@ -53,9 +53,9 @@ def rank_table(job: LoadedJob, reach: dict[int, Reach], stuck: list[Stuck]) -> l
             state = rc.state if rc is not None and rc.state != "unknown" else "no_dump"
             rows.append(RankState(r, host, None, None, state))
             continue
-        i = held.get(r)
-        st = stuck[i] if i is not None else None
-        comm = st.comm if st is not None else next(iter(d.comms), None)
+        at = held.get(r)
+        held_in = stuck[at] if at is not None else None
+        comm = held_in.comm if held_in is not None else next(iter(d.comms), None)
         view = d.comms.get(comm) if comm is not None else None
         if view is None and d.comms:
             comm, view = next(iter(d.comms.items()))
@@ -72,7 +72,7 @@ def rank_table(job: LoadedJob, reach: dict[int, Reach], stuck: list[Stuck]) -> l
             op, seq = last.op, last.seq or last.p2p_seq
             if state == "idle" and last.state == "failed":
                 state = "failed"
-        if i is not None and state == "in_op" and role.get(r) == "in_op":
-            waiting_on = awaited[i] or waiting_on
+        if at is not None and state == "in_op" and role.get(r) == "in_op":
+            waiting_on = awaited[at] or waiting_on
         rows.append(RankState(r, host, op, seq, state, waiting_on[:8], comm))
     return rows

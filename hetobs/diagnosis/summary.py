@@ -93,7 +93,7 @@ class OpSig(NamedTuple):
 
     op: Optional[str]
     dtype: Optional[str]
-    count: Optional[int]
+    count: Optional[int]  # type: ignore[assignment]  # shadows tuple.count, which nothing calls on these
     root: Optional[int]
 
     def text(self) -> str:
@@ -130,7 +130,7 @@ class Rec(NamedTuple):
     p2p_seq: int
     op: Optional[str]
     dtype: Optional[str]
-    count: Optional[int]
+    count: Optional[int]  # type: ignore[assignment]  # shadows tuple.count, which nothing calls on these
     root: Optional[int]
     peer: Optional[int]
     state: str
@@ -483,8 +483,7 @@ def _peer_prog(p: dict[str, Any]) -> Optional[PeerProg]:
         peer = _int(p.get("peer"))
     if peer is None:
         return None
-    send = p.get("send") if isinstance(p.get("send"), dict) else {}
-    recv = p.get("recv") if isinstance(p.get("recv"), dict) else {}
+    send, recv = _dict(p.get("send")), _dict(p.get("recv"))
     return PeerProg(peer, _str(p.get("transport")), _int(send.get("posted")), _int(send.get("sent")),
                     _int(send.get("acked")), _int(send.get("done")), _int(recv.get("posted")),
                     _int(recv.get("received")), _int(recv.get("done")), _num(p.get("seconds_since_change")))
@@ -558,8 +557,7 @@ def dump_from_doc(doc: dict[str, Any], records: list[dict[str, Any]], path: str,
     rank = _int(doc.get("rank"))
     if rank is None or rank < 0:
         raise SchemaError(f"'rank' is {doc.get('rank')!r}, expected a non-negative integer")
-    sc = doc.get("side_channel") if isinstance(doc.get("side_channel"), dict) else {}
-    py = doc.get("python") if isinstance(doc.get("python"), dict) else {}
+    sc, py = _dict(doc.get("side_channel")), _dict(doc.get("python"))
     d = RankDump(
         rank=rank, path=path, host=_str(doc.get("host")), pid=_int(doc.get("pid")),
         process_start_time=_int(doc.get("process_start_time")), reason=_str(doc.get("reason")),
