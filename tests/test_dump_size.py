@@ -236,3 +236,20 @@ def test_a_pool_that_cannot_start_is_a_note_and_the_reading_complete(tmp_path: P
     assert "at start (OSError" in note and "40 dump file(s)" in note, note
     rep["notes"].remove(note)
     assert rep == serial
+
+
+def test_a_worker_that_fails_is_a_note_and_the_reading_complete(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers forked (the start method hetobs never uses) get no descriptor: their initializer
+    raises, the pool breaks, the note says so and the parent reads everything."""
+    from hetobs.diagnosis import parallel
+
+    job_dir = _parallel_job(tmp_path)
+    serial = _run(job_dir).to_dict()
+    monkeypatch.setattr(parallel, "MIN_FILES", 4)
+    monkeypatch.setattr(parallel, "START_METHODS", ("fork",))
+    rep = _run(job_dir).to_dict()
+    (note,) = [n for n in rep["notes"] if n.startswith("parallel dump reading failed")]
+    assert "at worker (BrokenProcessPool" in note and "40 dump file(s)" in note, note
+    rep["notes"].remove(note)
+    assert rep == serial
