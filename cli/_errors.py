@@ -20,7 +20,7 @@ from typer import Abort
 try:  # typer >= 0.26 carries its own click
     from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 except ImportError:  # pragma: no cover - older typer on top of click
-    from click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # type: ignore[no-redef]
+    from click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # type: ignore[no-redef,import-not-found]
 
 from hetobs.config import SettingError, setting
 from hetobs.errors import HetobsError

@@ -21,7 +21,7 @@ import logging
 import signal
 import sys
 import threading
-from typing import Annotated, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 
@@ -108,7 +108,7 @@ def exporter(
     out.message("stopped")
 
 
-def _otel(out: Output, source, endpoint: str | None, sample: float):  # type: ignore[no-untyped-def]
+def _otel(out: Output, source: Any, endpoint: str | None, sample: float) -> Any:
     from hetobs.exporters.otel import OtelPipeline, otlp_configured
 
     if not endpoint and not otlp_configured():
@@ -119,7 +119,7 @@ def _otel(out: Output, source, endpoint: str | None, sample: float):  # type: ig
     return pipeline
 
 
-def _textfile(out: Output, source, path: str, interval: float | None, write) -> None:  # type: ignore[no-untyped-def]
+def _textfile(out: Output, source: Any, path: str, interval: float | None, write: Callable[..., Any]) -> None:
     try:
         write(path, source)
     except OSError as e:

@@ -2,8 +2,8 @@
 
 Reads the ranks' stats segments (like the exporter), so it keeps showing a rank that
 hangs or is stopped. Per rank: its host (and island, "node7 [b: hccl on npu]", in a
-heterogeneous job; `island`, `island_library` and `island_device` in --json), state, the op in flight with its sequence id, seconds
-since progress (yellow past half the threshold, red past it), busbw/algbw of the last
+heterogeneous job; `island`, `island_library` and `island_device` in --json), state, the op in flight
+with its sequence id, seconds since progress (yellow past half the threshold, red past it), busbw/algbw of the last
 window, ops in it, "last %" (its share of the window's collectives it entered last: near
 100/n on a healthy n-rank job, near 100 for a straggler; `last_share` and the lifetime
 `last_arrivals` in --json); per link: send/receive throughput, busy share and network

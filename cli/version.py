@@ -34,7 +34,7 @@ def _core_info() -> tuple[dict[str, Any] | None, str | None]:
     except Exception as exc:  # any failure to load is reported, not raised
         return None, f"{type(exc).__name__}: {exc}"
     try:
-        build = dict(getattr(core, "build_info", lambda: {})())
+        build = dict(getattr(core, "build_info", dict)())
     except Exception as exc:
         build = {"error": f"build_info() failed: {type(exc).__name__}: {exc}"}
     abi = getattr(core, "ABI_VERSION", None)

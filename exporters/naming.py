@@ -191,7 +191,9 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("hetobs_island_ops", "counter", "", ISLAND,
        "Hierarchical ops the rank finished: rate(phase seconds) / rate(this) is a phase's time per op."),
     _m("hetobs_rank_busy_share", "gauge", "", ISLAND,
-       "Share of the rank's time spent computing between collectives of its data-parallel communicator (compute / (compute + time inside), newest records): an island far below the others waits for them (hetobs plan balances it)."),
+       "Share of the rank's time spent computing between collectives of its data-parallel communicator "
+       "(compute / (compute + time inside), newest records): an island far below the others waits for them "
+       "(hetobs plan balances it)."),
     # --- the exporter itself -------------------------------------------------------------------
     _m("hetobs_exporter_snapshot_seconds", "gauge", "seconds", ("job_id",),
        "Time this scrape spent reading the job's stats segments."),

@@ -96,7 +96,7 @@ class OtelMetrics:
                 fam = self._memo.family(name)
                 if fam is None:
                     return []
-                return [Observation(v, dict(zip(labels, lv))) for lv, v in fam.samples]
+                return [Observation(v, dict(zip(labels, lv, strict=True))) for lv, v in fam.samples]
             return observe
 
         for spec in METRICS:

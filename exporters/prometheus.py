@@ -53,7 +53,7 @@ def render(fam: Family) -> Metric:
     if fam.spec.kind == "histogram":
         les = _LE[fam.spec.name]
         for labels, counts, total in fam.histograms:
-            out.add_metric(list(labels), list(zip(les, counts)), total)  # type: ignore[attr-defined]
+            out.add_metric(list(labels), list(zip(les, counts, strict=True)), total)  # type: ignore[attr-defined]
     else:
         for labels, value in fam.samples:
             out.add_metric(list(labels), value)  # type: ignore[attr-defined]

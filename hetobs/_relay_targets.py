@@ -9,6 +9,7 @@ the first time a relay needs it. Nothing here imports torch unless a device stag
 
 from __future__ import annotations
 
+import importlib
 import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -119,7 +120,7 @@ def _ensure_device_lanes() -> None:
     if _core.device_lane_hooks_set():
         return
     try:
-        from . import _torch_ext  # type: ignore[attr-defined]
+        _torch_ext = importlib.import_module("hetobs._torch_ext")  # compiled with torch, no stub
     except ImportError as e:
         raise ValueError("relay stage 'device' needs hetobs._torch_ext, the torch extension built with hetobs for "
                          f"this torch; it does not load here ({e})") from None

@@ -40,7 +40,7 @@ class _Loader(importlib.abc.Loader):
         self._inner = inner
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._inner.create_module(spec)  # type: ignore[no-any-return]
+        return self._inner.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self._inner.exec_module(module)

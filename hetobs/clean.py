@@ -145,7 +145,7 @@ def _stale_sockets(sock_dir: str, found: list[Leftover], result: CleanResult) ->
 
 
 def _scan(folder: str) -> list[tuple[str, os.stat_result]]:
-    out = []
+    out: list[tuple[str, os.stat_result]] = []
     try:
         names = os.listdir(folder)
     except OSError:

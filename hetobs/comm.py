@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence, overload
 
 from . import _core, codes
 from ._relay_targets import cuda_buffer, cuda_stream_handle, current_cuda_device, device_buffers, device_target
@@ -133,7 +133,7 @@ class Communicator:
             OPS[name],
             s.ptr if s else 0, s.count if s else 0,
             r.ptr if r else 0, r.count if r else 0,
-            (s or r).dtype if (s or r) else 6,
+            (s or r).dtype if (s or r) else 6,  # type: ignore[union-attr]  # one of them is there
             redop, root, check_timeout(timeout), async_op,
         )
         if async_op:
@@ -236,6 +236,24 @@ class Communicator:
             raise ValueError(f"peer={peer}: a rank cannot receive from itself")
         return self._run("recv", None, b, root=peer, async_op=async_op, timeout=timeout)
 
+    @overload
+    def relay(self, sends: Sequence[tuple[int, Any]], recvs: Sequence[tuple[int, Any]], *, stage: str = "none",
+              pipeline: bool = True, chunk_bytes: int | None = None, slots: int | None = None,
+              timeout: float | None = None, async_op: Literal[False] = False,
+              cuda_stream: Any = None, stream: Any = None) -> dict[str, int]: ...
+
+    @overload
+    def relay(self, sends: Sequence[tuple[int, Any]], recvs: Sequence[tuple[int, Any]], *, stage: str = "none",
+              pipeline: bool = True, chunk_bytes: int | None = None, slots: int | None = None,
+              timeout: float | None = None, async_op: Literal[True],
+              cuda_stream: Any = None, stream: Any = None) -> "Work": ...
+
+    @overload
+    def relay(self, sends: Sequence[tuple[int, Any]], recvs: Sequence[tuple[int, Any]], *, stage: str = "none",
+              pipeline: bool = True, chunk_bytes: int | None = None, slots: int | None = None,
+              timeout: float | None = None, async_op: bool = False,
+              cuda_stream: Any = None, stream: Any = None) -> "dict[str, int] | Work": ...
+
     def relay(self, sends: Sequence[tuple[int, Any]], recvs: Sequence[tuple[int, Any]], *, stage: str = "none",
               pipeline: bool = True, chunk_bytes: int | None = None, slots: int | None = None,
               timeout: float | None = None, async_op: bool = False,
@@ -309,7 +327,7 @@ class Communicator:
         else:
             addrs = [(b.ptr, b.nbytes) for b in (as_buffer(item[1], f"relay {what}[{i}]", writable=writable)
                                                  for i, item in enumerate(items))]
-        return [(peer, ptr, nbytes) for peer, (ptr, nbytes) in zip(peers, addrs)]
+        return [(peer, ptr, nbytes) for peer, (ptr, nbytes) in zip(peers, addrs, strict=True)]
 
     # -- groups ---------------------------------------------------------------------
     def split(self, color: int, key: int | None = None) -> "Communicator | None":

@@ -22,8 +22,8 @@ from .ownership import not_ours
 
 __all__ = [
     "StatsError", "RankStats", "CommStats", "LinkStats", "OpKindStats", "read_segment", "segment_paths",
-    "process_state", "OP_KINDS", "LATENCY_BUCKETS", "BANDWIDTH_BUCKETS", "LAG_BUCKETS", "Arrivals", "IslandTotals", "ISLAND_PHASES", "boot_id",
-    "other_boot",
+    "process_state", "OP_KINDS", "LATENCY_BUCKETS", "BANDWIDTH_BUCKETS", "LAG_BUCKETS", "Arrivals", "IslandTotals",
+    "ISLAND_PHASES", "boot_id", "other_boot",
 ]
 
 MAGIC = b"HTBSTATS"
@@ -310,7 +310,7 @@ def _records(buf: mmap.mmap, h: dict[str, int], offset_ns: int, limit: int) -> I
             "error": _cstr(v[23]) or None,
             # Hierarchical (island) ops only; None for every other op (as in _core.records()).
             "island": island or None,
-            "phases": dict(vendor_ns=v[25], d2h_ns=v[26], wire_ns=v[27], h2d_ns=v[28], chunks=v[29])
+            "phases": {"vendor_ns": v[25], "d2h_ns": v[26], "wire_ns": v[27], "h2d_ns": v[28], "chunks": v[29]}
             if island else None,
             # Who arrived last (record/arrival.h), as this rank heard it; None where not known.
             "last_arrival_rank": last if known else None,
@@ -344,7 +344,7 @@ def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankSta
     finally:
         os.close(fd)
     try:
-        h = dict(zip(_HEADER_FIELDS, _HEADER.unpack_from(buf, 0)))
+        h = dict(zip(_HEADER_FIELDS, _HEADER.unpack_from(buf, 0), strict=True))
         if h["magic"] != MAGIC:
             raise StatsError(f"{path}: not a hetobs stats segment (magic {h['magic']!r})")
         kinds = _OP_KINDS_OF_VERSION.get(h["version"])
@@ -390,13 +390,13 @@ def read_segment(path: str, *, records: int = 0, proc: str = "/proc") -> RankSta
             if with_health:
                 hv = _HEALTH.unpack_from(buf, at + _LINK.size)
                 if hv[0]:
-                    tcp = dict(zip(HEALTH_FIELDS, hv[2:]), sampled_ns=hv[1])
+                    tcp = dict(zip(HEALTH_FIELDS, hv[2:], strict=True), sampled_ns=hv[1])
             links.append(LinkStats(
                 comm_id=v[0], peer=v[1], global_peer=v[2], transport=_cstr(v[3]),
                 bytes_sent=v[4], bytes_recv=v[5], frames_sent=v[6], frames_recv=v[7], busy_ns=v[8],
                 last_activity_ns=v[9] + offset_ns if v[9] else 0,
                 progress=dict(zip(("send_posted", "send_sent", "send_acked", "send_done", "recv_posted",
-                                   "recv_received", "recv_done"), v[10:17]),
+                                   "recv_received", "recv_done"), v[10:17], strict=True),
                               last_change_ns=v[17] + offset_ns if v[17] else 0),
                 reconnects=v[18], tcp=tcp))
         recs = list(_records(buf, h, offset_ns, records)) if records else []

@@ -115,7 +115,8 @@ else
     pip install -q "scikit-build-core>=0.10" "pybind11>=2.13"
 fi
 
-# --- 5. editable install of hetobs (+ test and telemetry extras) ---------------------
+# --- 5. editable install of hetobs (+ test, telemetry and lint extras) ---------------
+# lint: ruff and mypy, which scripts/test.sh runs (their config is in pyproject.toml).
 # Reinstall only when something that the build or the editable mapping depends on
 # changed: pyproject, the native sources, or the set of Python files (the editable
 # finder maps files known at install time). Python edits alone need no reinstall.
@@ -151,7 +152,7 @@ install_unless_current() {
 
 # hetobs._torch_ext (the C++ torch wrapper) is built with the torch installed above: it must import.
 install_unless_current "hetobs (build dir build/<wheel tag>)" "$stamp_file" "$stamp" \
-    'import hetobs._core, torch, hetobs._torch_ext' pip install -q --no-build-isolation -e '.[test,telemetry]'
+    'import hetobs._core, torch, hetobs._torch_ext' pip install -q --no-build-isolation -e '.[test,telemetry,lint]'
 
 # --- 6. the stand-in accelerator (standin/): a torch extension for the tests and benches ----
 # A PrivateUse1 device "standin" with its own collective library "sccl" (not a real device:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -34,10 +35,22 @@ def test_version_json() -> None:
     assert "core_error" not in data
     core = data["core"]
     assert core is not None
-    assert core["version"] in (None, hetobs.__version__)  # a differing version is a stale build: exit 4
-    assert core["path"] and "_core" in core["path"]
-    assert isinstance(core["build"], dict)
+    assert core["version"] == hetobs.__version__  # the native core says which build it is
+    assert core["path"] and "_core" in core["path"] and Path(core["path"]).is_file()
+    build = core["build"]
+    assert build["version"] == hetobs.__version__ and build["record_bytes"] > 0 and build["compiler"], build
     assert result.stderr == ""
+
+
+def test_version_reports_a_stale_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A native core of another version (a stale build) is a problem: exit 4, both versions named."""
+    import hetobs._core
+
+    monkeypatch.setattr(hetobs._core, "__version__", "0.0.0-stale")
+    result = runner.invoke(app, ["version", "--json"])
+    assert result.exit_code == 4, result.output
+    assert json.loads(result.stdout)["core"]["version"] == "0.0.0-stale"
+    assert "0.0.0-stale" in result.stderr and hetobs.__version__ in result.stderr, result.stderr
 
 
 def test_version_reports_a_core_that_fails_to_load(monkeypatch: pytest.MonkeyPatch) -> None:

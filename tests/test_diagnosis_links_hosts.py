@@ -5,9 +5,12 @@ tests/test_reset_bursts.py and tests/test_frozen_host.py."""
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 from typing import Any, Optional
+
+import pytest
 
 from diagnosis_factory import T0, JobSpec
 from hetobs.diagnosis import Options, diagnose
@@ -21,9 +24,22 @@ def faults(report: Any) -> list:
     return [v for v in report.verdicts if v.kind.is_fault]
 
 
-def _record(state: str, *whats: str) -> dict[str, Any]:
-    return {"state": state, "breaks": 1, "attempts": len(whats),
-            "events": [{"time_ns": T0 - 1000 + k, "what": w} for k, w in enumerate(whats)]}
+# How a dump writes a reconnect event: "fields" as the runtime does now (stage, errno, refused_ns;
+# the sentence blanked, so only the fields can decide), "text" as dumps before them (the sentence only).
+FORMS = ["fields", "text"]
+REFUSED, TIMED_OUT = errno.ECONNREFUSED, errno.ETIMEDOUT
+
+
+def _event(form: str, t: int, what: str, stage: str, err: int = 0, refused_s: float = 0.0) -> dict[str, Any]:
+    if form == "text":
+        return {"time_ns": t, "what": what}
+    return {"time_ns": t, "stage": stage, "errno": err, "refused_ns": int(refused_s * 1e9), "what": ""}
+
+
+def _record(form: str, state: str, *events: tuple[Any, ...]) -> dict[str, Any]:
+    """A link's reconnect record; each event is (what, stage, errno, seconds refused)."""
+    return {"state": state, "breaks": 1, "attempts": len(events),
+            "events": [_event(form, T0 - 1000 + k, *e) for k, e in enumerate(events)]}
 
 
 GONE = ("all_reduce seq 4 count 1 float32 sum on comm 0 failed at rank 0: rank 1 (host node1, pid 1001) is gone: "
@@ -51,42 +67,71 @@ def _broken_link(tmp_path: Path, records: dict[int, Optional[dict[str, Any]]], d
     return job.write(tmp_path)
 
 
-def test_a_peer_called_gone_that_left_a_dump_is_a_link_fault_with_its_direction(tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_a_peer_called_gone_that_left_a_dump_is_a_link_fault_with_its_direction(tmp_path: Path, form: str) -> None:
     rep = run(_broken_link(tmp_path, {
-        0: _record("closed", "broke: receiving data: Connection reset by peer",
-                   "probe: cannot connect to rank 1 at 10.0.0.2:40001: Connection refused after 32 attempts"),
-        1: _record("down", "broke: while this rank waited for an ack: Connection timed out",
-                   "dial: cannot connect to rank 0 at 10.0.0.1:40000: Connection timed out after 2 attempts",
-                   "gave up after HETOBS_RECONNECT_TIMEOUT=3 s")}))
+        0: _record(form, "closed", ("broke: receiving data: Connection reset by peer", "broke"),
+                   ("probe: cannot connect to rank 1 at 10.0.0.2:40001: Connection refused after 32 attempts",
+                    "probe", REFUSED, 1.5)),
+        1: _record(form, "down", ("broke: while this rank waited for an ack: Connection timed out", "broke"),
+                   ("dial: cannot connect to rank 0 at 10.0.0.1:40000: Connection timed out after 2 attempts", "dial",
+                    TIMED_OUT),
+                   ("gave up after HETOBS_RECONNECT_TIMEOUT=3 s", "end"))}))
     assert [(v.kind.value, v.ranks, v.links) for v in faults(rep)] == [("transport_error", [], [(0, 1)])]
     v = faults(rep)[0]
     assert "packets from rank 0 to rank 1" in v.summary, v.summary
-    assert any("Connection refused" in e for e in v.evidence) and any("gave up" in e for e in v.evidence), v.evidence
+    if form == "text":
+        assert any("Connection refused" in e for e in v.evidence) and any("gave up" in e for e in v.evidence), \
+            v.evidence
+    else:  # the sentences were left out: the evidence says what the fields say
+        assert "rank 0: probe: ECONNREFUSED (refused for 1.5 s)" in v.evidence, v.evidence
+        assert "rank 1: dial: ETIMEDOUT" in v.evidence, v.evidence
     assert rep.exclude_hosts == ["node0", "node1"], rep.exclude_hosts  # a link names the hosts at its ends
 
 
-def test_resets_refused_at_both_ends_name_both_directions(tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_resets_refused_at_both_ends_name_both_directions(tmp_path: Path, form: str) -> None:
     refused = "dial: cannot connect to rank {p} at 10.0.0.{h}:4000{p}: Connection refused after 9 attempts"
     rep = run(_broken_link(tmp_path, {
-        0: _record("closed", "broke: sending data: Connection reset by peer", refused.format(p=1, h=2)),
-        1: _record("down", "broke: sending data: Connection reset by peer", refused.format(p=0, h=1))}))
+        0: _record(form, "closed", ("broke: sending data: Connection reset by peer", "broke"),
+                   (refused.format(p=1, h=2), "dial", REFUSED, 0.2)),
+        1: _record(form, "down", ("broke: sending data: Connection reset by peer", "broke"),
+                   (refused.format(p=0, h=1), "dial", REFUSED, 0.2))}))
     assert [(v.kind.value, v.ranks, sorted(v.links)) for v in faults(rep)] == \
         [("transport_error", [], [(0, 1), (1, 0)])]
 
 
-def test_unanswered_attempts_at_both_ends_leave_the_direction_open(tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_unanswered_attempts_at_both_ends_leave_the_direction_open(tmp_path: Path, form: str) -> None:
     timed_out = "dial: cannot connect to rank {p} at 10.0.0.{h}:4000{p}: Connection timed out after 2 attempts"
+    broke = ("broke: while this rank waited for an ack: Connection timed out", "broke")
     rep = run(_broken_link(tmp_path, {
-        0: _record("down", "broke: while this rank waited for an ack: Connection timed out", timed_out.format(p=1, h=2)),
-        1: _record("down", "broke: while this rank waited for an ack: Connection timed out", timed_out.format(p=0, h=1))}))
+        0: _record(form, "down", broke, (timed_out.format(p=1, h=2), "dial", TIMED_OUT)),
+        1: _record(form, "down", broke, (timed_out.format(p=0, h=1), "dial", TIMED_OUT))}))
     v = faults(rep)[0]
     assert (v.kind.value, v.ranks, sorted(v.links)) == ("transport_error", [], [(0, 1), (1, 0)])
     assert "cannot be told" in v.summary, v.summary
 
 
+def test_the_fields_decide_not_the_words(tmp_path: Path) -> None:
+    """Events that carry their fields are read by them alone: a sentence that says "refused" about
+    an attempt whose errno is not ECONNREFUSED (the handshake's key refused) is no refusal, and an
+    ECONNREFUSED whose sentence never says so is one."""
+    rep = run(_broken_link(tmp_path, {
+        0: {"state": "down", "breaks": 1, "attempts": 2, "events": [
+            {"time_ns": T0 - 2000, "stage": "broke", "errno": 0, "refused_ns": 0, "what": "broke: refused"},
+            {"time_ns": T0 - 1000, "stage": "end", "errno": 0, "refused_ns": 0,
+             "what": "handshake refused: bad HMAC"}]},
+        1: {"state": "down", "breaks": 1, "attempts": 2, "events": [
+            {"time_ns": T0 - 1000, "stage": "dial", "errno": REFUSED, "refused_ns": 1_500_000_000,
+             "what": "dial: it did not work"}]}}))
+    assert [(v.kind.value, v.ranks, v.links) for v in faults(rep)] == [("transport_error", [], [(1, 0)])]
+
+
 def test_a_peer_called_gone_without_a_dump_is_not_a_link_fault(tmp_path: Path) -> None:
     """No dump: it may really be dead, and reachability judges it, not the link."""
-    rep = run(_broken_link(tmp_path, {0: _record("closed", "broke: x", "probe: ... Connection refused ...")}, drop=1))
+    rep = run(_broken_link(tmp_path, {0: _record("text", "closed", ("broke: x", "broke"),
+                                                 ("probe: ... Connection refused ...", "probe", REFUSED))}, drop=1))
     assert not any(v.kind.value == "transport_error" for v in faults(rep)), faults(rep)
     assert [v.ranks for v in faults(rep)] == [[1]], faults(rep)
 
@@ -117,19 +162,20 @@ def test_one_silent_rank_of_a_host_stays_a_rank_verdict(tmp_path: Path) -> None:
     assert faults(rep)[0].summary.startswith("rank 3 "), faults(rep)[0].summary
 
 
-def test_refusals_after_the_peer_failed_do_not_count_for_the_direction(tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_refusals_after_the_peer_failed_do_not_count_for_the_direction(tmp_path: Path, form: str) -> None:
     """Host 1 resets what reaches it: rank 0's probes are refused (1.5 s, then "gone"), rank 0 fails
     and exits; only then are rank 1's dials refused, by a host whose rank 0 no longer listens."""
     job_dir = _broken_link(tmp_path, {
         0: {"state": "closed", "breaks": 1, "attempts": 33, "events": [
-            {"time_ns": T0 - 3_000_000_000, "what": "broke: receiving data: Connection reset by peer"},
-            {"time_ns": T0 - 1_500_000_000, "what": "probe: cannot connect to rank 1 at 10.0.0.2:40001: Connection "
-                                                    "refused after 33 attempts (gave up: refused throughout: nothing "
-                                                    "listens there)"}]},
+            _event(form, T0 - 3_000_000_000, "broke: receiving data: Connection reset by peer", "broke"),
+            _event(form, T0 - 1_500_000_000, "probe: cannot connect to rank 1 at 10.0.0.2:40001: Connection refused "
+                                             "after 33 attempts (gave up: refused throughout: nothing listens there)",
+                   "probe", REFUSED, 1.5)]},
         1: {"state": "closed", "breaks": 1, "attempts": 21, "events": [
-            {"time_ns": T0 - 3_000_000_000, "what": "broke: sending data: Connection reset by peer"},
-            {"time_ns": T0, "what": "dial: cannot connect to rank 0 at 10.0.0.1:40000: Connection refused after 21 "
-                                    "attempts (gave up: the connect deadline)"}]}})
+            _event(form, T0 - 3_000_000_000, "broke: sending data: Connection reset by peer", "broke"),
+            _event(form, T0, "dial: cannot connect to rank 0 at 10.0.0.1:40000: Connection refused after 21 "
+                             "attempts (gave up: the connect deadline)", "dial", REFUSED, 0.5)]}})
     d0 = job_dir / "incidents" / "error-c0-s4" / "rank-0.json"
     doc = json.loads(d0.read_text())
     doc["time_ns"] = T0 - 1_400_000_000  # rank 0 failed (and dumped) right after calling rank 1 gone

@@ -179,9 +179,7 @@ def _report_json(job_dir: Path) -> str:
     return json.dumps(_run(job_dir).to_dict(), sort_keys=True)
 
 
-def test_parallel_read_gives_the_serial_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hetobs.diagnosis import loader, parallel
-
+def _parallel_job(tmp_path: Path) -> Path:
     job = JobSpec(40, progress=ring_progress(list(range(40)), stalled_rank=3))
     job.not_joined(11)
     job_dir, _ = _to_v2(job, tmp_path)
@@ -192,13 +190,25 @@ def test_parallel_read_gives_the_serial_report(tmp_path: Path, monkeypatch: pyte
     d5["comms"][0]["global_ranks"] = d5["comms"][0]["ring"] = list(range(40))
     del d5["comms"][0]["membership"]
     (inc / "rank-5.json").write_text(json.dumps(d5))
+    return job_dir
+
+
+def test_parallel_read_gives_the_serial_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workers read the dumps and the report is the serial one. The workers are not forked
+    from this process: a forked worker would inherit the patched reader below and leave a mark."""
+    from hetobs.diagnosis import loader, parallel
+
+    job_dir = _parallel_job(tmp_path)
     serial = _report_json(job_dir)
-    here: list[list[int]] = []  # what this process read itself (the workers' calls land in their copies)
+    here: list[list[int]] = []  # what this process read itself
+    marks = tmp_path / "forked-workers"
     real = loader._load_each
 
     def recording(folder, files, *a, **kw):  # type: ignore[no-untyped-def]
         if os.getpid() == me:
             here.append([r for r, _ in files])
+        else:
+            marks.write_text(str(os.getpid()))
         return real(folder, files, *a, **kw)
 
     me = os.getpid()
@@ -208,5 +218,38 @@ def test_parallel_read_gives_the_serial_report(tmp_path: Path, monkeypatch: pyte
     # the dumps were read by the workers; only the 1.x one came back here (then rank 7's metadata:
     # the ranks without a usable dump need theirs)
     assert here == [[5], [7]], here
+    assert not marks.exists(), "a worker ran this process's patched code: it was forked"
     assert para == serial
     assert '"rank_not_joined"' in para and "truncated JSON" in para
+
+
+def test_a_pool_that_cannot_start_is_a_note_and_the_reading_complete(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from hetobs.diagnosis import parallel
+
+    job_dir = _parallel_job(tmp_path)
+    serial = _run(job_dir).to_dict()
+    monkeypatch.setattr(parallel, "MIN_FILES", 4)
+    monkeypatch.setattr(parallel, "START_METHODS", ("no-such-start-method",))
+    rep = _run(job_dir).to_dict()
+    (note,) = [n for n in rep["notes"] if n.startswith("parallel dump reading failed")]
+    assert "at start (OSError" in note and "40 dump file(s)" in note, note
+    rep["notes"].remove(note)
+    assert rep == serial
+
+
+def test_a_worker_that_fails_is_a_note_and_the_reading_complete(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers forked (the start method hetobs never uses) get no descriptor: their initializer
+    raises, the pool breaks, the note says so and the parent reads everything."""
+    from hetobs.diagnosis import parallel
+
+    job_dir = _parallel_job(tmp_path)
+    serial = _run(job_dir).to_dict()
+    monkeypatch.setattr(parallel, "MIN_FILES", 4)
+    monkeypatch.setattr(parallel, "START_METHODS", ("fork",))
+    rep = _run(job_dir).to_dict()
+    (note,) = [n for n in rep["notes"] if n.startswith("parallel dump reading failed")]
+    assert "at worker (BrokenProcessPool" in note and "40 dump file(s)" in note, note
+    rep["notes"].remove(note)
+    assert rep == serial

@@ -257,8 +257,11 @@ def test_exporter_serves_phase_seconds(island_job: dict[str, Any]) -> None:
             assert got == pytest.approx(want, rel=1e-9)
         assert _sample(page, "hetobs_island_ops_total", **labels) == OPS
         assert _sample(page, "hetobs_island_relay_chunks_total", **labels) == OPS
-    # the per-rank series others rely on keep their labels
-    assert _sample(page, "hetobs_seconds_since_progress", job_id=job_id, rank="0") >= 0
+    # the per-rank series others rely on keep their labels; scraped while the last op is held
+    # past HETOBS_HANG_TIMEOUT=2 (the watchdog's hang dumps were written before), so each rank
+    # has made no progress for at least that long
+    for r in range(2):
+        assert _sample(page, "hetobs_seconds_since_progress", job_id=job_id, rank=str(r)) >= 2.0
     assert not any("island=" in ln for ln in page.splitlines() if ln.startswith("hetobs_seconds_since_progress"))
 
 

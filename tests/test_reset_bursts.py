@@ -13,6 +13,7 @@ The ten-of-ten figure of the issue comes from running this file's burst test ten
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -150,6 +151,12 @@ def test_a_link_that_cannot_be_remade_gets_the_link_verdict(tmp_path: Path, host
         assert rec and rec["breaks"] >= 1 and rec["attempts"] >= 1 and rec["state"] in ("down", "closed"), (r, link)
         assert any(e["what"].startswith("broke") for e in rec["events"]), rec
         assert any(not e["what"].startswith("broke") for e in rec["events"]), rec  # an attempt's error
+        # ... and says as fields what each event is (the diagnosis reads these, not the words)
+        assert all(e["stage"] in ("broke", "dial", "probe", "resume", "end") for e in rec["events"]), rec
+        assert all(e["errno"] != errno.ECONNREFUSED for e in rec["events"] if e["stage"] == "broke"), rec
+    if hosts_resetting == (1,):  # rank 0's dials or probes toward host 1 met its resets: ECONNREFUSED
+        rec0 = next(l for c in ends[0]["comms"] for l in c["links"] if l["global_peer"] == 1)["reconnect"]
+        assert any(e["errno"] == errno.ECONNREFUSED and e["stage"] in ("dial", "probe") for e in rec0["events"]), rec0
     faults = [v for v in report["verdicts"] if v["kind"] != "slow_link" and v["kind"] != "straggler"]
     assert [v["kind"] for v in faults] == ["transport_error"], report["verdicts"]
     v = faults[0]

@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+from itertools import pairwise
 from typing import Any, Callable
 
 from .worker import _protocol_stream, serve
@@ -46,7 +47,7 @@ class _Loop:
         self.rank = dist.get_rank()
         torch.manual_seed(0)
         mods: list[Any] = []
-        for a, b in zip(LAYERS, LAYERS[1:]):
+        for a, b in pairwise(LAYERS):
             mods += [torch.nn.Linear(a, b), torch.nn.ReLU()]
         self.model = torch.nn.Sequential(*mods[:-1])
         self.ddp = DistributedDataParallel(self.model)

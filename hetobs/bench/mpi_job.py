@@ -97,7 +97,7 @@ class MpiWorkers(WorkerJob):
             self._files.append(conn.makefile("wb"))
 
     def _writer(self, r: int) -> IO[bytes]:
-        return self._files[r]  # type: ignore[no-any-return]
+        return self._files[r]
 
     def _died(self, r: int, what: str) -> str:
         code = None

@@ -42,7 +42,7 @@ class PacedLink:
                 self._made.append(ns)
             _run("ip", "link", "add", f"hbwa{tag}", "netns", self.names[0], "type", "veth", "peer", "name",
                  f"hbwb{tag}", "netns", self.names[1])
-            for ns, dev, addr in zip(self.names, (f"hbwa{tag}", f"hbwb{tag}"), self.ADDRS):
+            for ns, dev, addr in zip(self.names, (f"hbwa{tag}", f"hbwb{tag}"), self.ADDRS, strict=True):
                 _run("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
                 _run("ip", "-n", ns, "link", "set", dev, "up")
                 _run("ip", "-n", ns, "link", "set", "lo", "up")

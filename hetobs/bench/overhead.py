@@ -35,6 +35,7 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Callable
 
 from ..launch_local import new_job_id
@@ -204,7 +205,7 @@ class _Scraper:
 def mlp_parameters() -> int:
     from .ddp_worker import LAYERS
 
-    return sum(a * b + b for a, b in zip(LAYERS, LAYERS[1:]))
+    return sum(a * b + b for a, b in pairwise(LAYERS))
 
 
 def run_overhead(cfg: OverheadConfig, progress: Callable[[str], None] | None = None) -> OverheadResult:
@@ -232,7 +233,7 @@ def _one_world(cfg: OverheadConfig, n: int, workdir: str, tell: Callable[[str], 
     scraper: _Scraper | None = None
     wall: dict[str, list[float]] = {v: [] for v in cfg.variants}
     cpu: dict[str, list[float]] = {v: [] for v in cfg.variants}
-    scrapes: dict[str, int] = {v: 0 for v in cfg.variants}
+    scrapes: dict[str, int] = dict.fromkeys(cfg.variants, 0)
     try:
         for v in cfg.variants:
             tell(f"{n} ranks: starting {v}")

@@ -30,7 +30,8 @@ from typing import Any, Sequence
 
 from ..launch_local import LocalJob, new_job_id
 
-__all__ = ["RELAY_SIZES", "RELAY_VARIANTS", "DEVICE_VARIANTS", "RelayBenchConfig", "RelayBenchResult", "RelayRow", "run_relay_bench"]
+__all__ = ["RELAY_SIZES", "RELAY_VARIANTS", "DEVICE_VARIANTS", "RelayBenchConfig", "RelayBenchResult", "RelayRow",
+           "run_relay_bench"]
 
 MiB = 1 << 20
 RELAY_SIZES: tuple[int, ...] = (1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB)
@@ -84,7 +85,7 @@ def _plan(size: int) -> tuple[int, int]:
 
 def run_relay_bench(cfg: RelayBenchConfig) -> RelayBenchResult:
     result = RelayBenchResult(cfg)
-    sizes = sorted(set(int(s) for s in cfg.sizes))
+    sizes = sorted({int(s) for s in cfg.sizes})
     wcfg = {"sizes": sizes, "reps": cfg.reps, "chunk_bytes": cfg.chunk_bytes, "slots": cfg.slots,
             "variants": list(cfg.variants), "plan": {str(s): _plan(s) for s in sizes}, "device": cfg.device,
             "copy_gbps": cfg.copy_gbps}

@@ -140,10 +140,10 @@ def run_bench(config: BenchConfig, progress: Callable[[Progress], None] | None =
 
     rows = table_rows(cfg, plan, samples, memcpy_gbs, type_name)
     notes = []
-    for b, i in info.items():
+    for b, about in info.items():
         want = BACKENDS[b][1]
         if want in ("shm", "tcp"):
-            used = sorted({t for bye in i.get("exit", []) for t in bye.get("link_transports", [])})
+            used = sorted({t for bye in about.get("exit", []) for t in bye.get("link_transports", [])})
             if used and used != [want]:
                 notes.append(f"{b}: ranks reported links over {', '.join(used)}, not only {want}")
     return BenchResult(config=cfg, rows=rows, memcpy_gbs=memcpy_gbs, failures=failures, skipped=skipped,

@@ -53,7 +53,7 @@ class _Bench:
         self._out: Any = None
         self.x: np.ndarray = np.empty(0)  # ... and numpy views of them
         self.out: np.ndarray | None = None
-        self.call: Callable[[], None] = lambda: None
+        self.call: Callable[[], object] = lambda: None
 
     # backends override
     def empty(self, count: int) -> Any:
@@ -62,7 +62,7 @@ class _Bench:
     def view(self, buf: Any) -> np.ndarray:
         raise NotImplementedError
 
-    def make_call(self) -> Callable[[], None]:
+    def make_call(self) -> Callable[[], object]:
         raise NotImplementedError
 
     def info(self) -> dict[str, Any]:
@@ -156,7 +156,7 @@ class _Hetobs(_Bench):
     def view(self, buf: np.ndarray) -> np.ndarray:
         return buf
 
-    def make_call(self) -> Callable[[], None]:
+    def make_call(self) -> Callable[[], object]:
         c, x, out = self.comm, self.x, self.out
         if self.op == "all_reduce":
             return lambda: c.all_reduce(x)
@@ -216,7 +216,7 @@ class _Gloo(_Bench):
     def view(self, buf: Any) -> np.ndarray:
         return buf.numpy()  # shares memory with the tensor
 
-    def make_call(self) -> Callable[[], None]:
+    def make_call(self) -> Callable[[], object]:
         d, x, out = self.dist, self._x, self._out
         if self.op == "all_reduce":
             return lambda: d.all_reduce(x)
@@ -254,7 +254,7 @@ class _Mpi(_Bench):
     def view(self, buf: np.ndarray) -> np.ndarray:
         return buf
 
-    def make_call(self) -> Callable[[], None]:
+    def make_call(self) -> Callable[[], object]:
         w, x, out, in_place = self.world, self.x, self.out, self.mpi.IN_PLACE
         if self.op == "all_reduce":
             return lambda: w.Allreduce(in_place, x)

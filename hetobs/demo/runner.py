@@ -189,6 +189,7 @@ def run_demo(*, world: int = 4, fault: str = "sleep", culprit: int = 1, at: int 
             conn = next(lk for lk in src["links"] if lk["peer"] == link[1])
             sport = conn["local_address"].rsplit(":", 1)[1]
             dport = conn["remote_address"].rsplit(":", 1)[1]
+            assert netns is not None  # made above for fault "link"
             _run("ip", "netns", "exec", netns, "iptables", "-A", "OUTPUT", "-p", "tcp", "--sport", sport, "--dport",
                  dport, "-j", "DROP")
             progress(f"dropping every packet of the ring link {link[0]} -> {link[1]} (ports {sport} -> {dport})")

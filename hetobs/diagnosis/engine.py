@@ -94,8 +94,9 @@ def diagnose(options: Options) -> Report:
         report.status = Status.HEALTHY
         return report
     # A suspected incident's dumps were taken seconds into the stall: judge them at that stall.
+    threshold_s = state.threshold_s if state is not None and state.threshold_s else None
     stall_s = options.stall_s if options.stall_s is not None else 0.9 * (
-        state.threshold_s if state is not None and state.threshold_s else job.hang_timeout_s() or DEFAULT_HANG_TIMEOUT_S)
+        threshold_s or job.hang_timeout_s() or DEFAULT_HANG_TIMEOUT_S)
     # The loaded job is millions of acyclic objects: every collection the stages' allocations set off
     # would walk them all again (~30% of the CPU time at 16,384 ranks).
     with paused_gc():
@@ -203,9 +204,9 @@ def _judge(job: LoadedJob, report: Report, stall_s: float, options: Options) -> 
     for r, rc in sorted(reach.items()):
         if rc.state == "dumped" or r in cut_off:
             continue
-        v = verdict_for(rc, nothing_else=False)
-        if v is not None:
-            add(v)
+        strong = verdict_for(rc, nothing_else=False)
+        if strong is not None:
+            add(strong)
         elif rc.state not in ("exited",):
             pending_reach.append(rc)
         elif rc.closed_by:

@@ -170,7 +170,8 @@ def _dump_from_fr(doc: dict[str, Any], records: list[dict[str, Any]], rank: int,
     if "entries" not in doc and not records and "version" not in doc:
         raise ValueError("no 'version' or 'entries': not a Flight Recorder dump")
     d = RankDump(rank=rank, path=path, reason="flight_recorder", host=None)
-    pg_config = doc.get("pg_config") if isinstance(doc.get("pg_config"), dict) else {}
+    raw_pgs = doc.get("pg_config")
+    pg_config: dict[str, Any] = raw_pgs if isinstance(raw_pgs, dict) else {}
     for name, cfg in pg_config.items():
         if not isinstance(cfg, dict):
             continue

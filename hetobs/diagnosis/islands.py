@@ -154,7 +154,7 @@ def _wire_stop(job: LoadedJob, src: int, dst: int) -> Optional[str]:
     return None
 
 
-def _relay_in_flight(job: LoadedJob, rank: int) -> Optional[tuple[object, CommView]]:
+def _relay_in_flight(job: LoadedJob, rank: int) -> Optional[tuple[CommKey, CommView]]:
     """The comm whose in-flight relay op has chunk counters on this rank."""
     d = job.dumps.get(rank)
     for c, v in d.comms.items() if d else ():

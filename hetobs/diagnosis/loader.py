@@ -21,7 +21,7 @@ import os
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, TypeVar
+from typing import Any, Callable, Hashable, Iterable, Optional, TypeVar
 
 from ..ownership import job_dir_not_ours, untrusted_job_dir_text
 from . import parallel
@@ -82,17 +82,37 @@ def rank_ranges(ranks: Iterable[int]) -> str:
 def consensus(values: Iterable[T]) -> Optional[T]:
     """The value most ranks report (membership, ring): no single rank is the reference.
 
-    Counted by identity: the lists are interned (fastread.IntListTable), so equal lists
-    are one object and 16,384 copies of a 16,384-rank ring are not hashed 16,384 times.
+    Counted by value. Cheaply: the lists are interned (fastread.IntListTable), so 16,384 copies
+    of a 16,384-rank ring are mostly one object, counted by identity first; only the distinct
+    objects are then compared by value (equal lists read by different tables, workers or files
+    are one vote). Ties go to the value seen first.
     """
-    by_id: dict[int, T] = {}
+    by_id: dict[int, T] = {}  # holds every object counted, so no id is reused while counting
     counts: Counter[int] = Counter()
     for v in values:
         by_id[id(v)] = v
         counts[id(v)] += 1
-    if not counts:
+    totals: dict[Hashable, int] = {}
+    first: dict[Hashable, T] = {}
+    for i, n in counts.items():  # in the order first seen
+        v = by_id[i]
+        key = _value_key(v)
+        totals[key] = totals.get(key, 0) + n
+        first.setdefault(key, v)
+    if not totals:
         return None
-    return by_id[counts.most_common(1)[0][0]]
+    best = max(totals, key=lambda k: totals[k])  # max keeps the first of equals
+    return first[best]
+
+
+def _value_key(v: object) -> Hashable:
+    """What `v` is equal by: lists as tuples (a list and a tuple of the same ranks are one value)."""
+    key: Hashable = ("seq", tuple(v)) if isinstance(v, (list, tuple)) else ("one", v)
+    try:
+        hash(key)
+    except TypeError:  # holds something unhashable: equal to itself only
+        return ("id", id(v))
+    return key
 
 
 def _rank_files(folder: SafeDir, problems: list[DataProblem], leftovers: bool = True,
@@ -188,7 +208,8 @@ def _latest_complete(names: list[str], times: dict[str, Optional[int]], dumps: d
     a watchdog only suspected (suspicion.py) yields to another of the same event: the failure its
     op then met (an error incident) says more than the early dump did."""
     latest = max((t for t in times.values() if t is not None), default=None)
-    recent = [n for n in names if latest is None or (times[n] is not None and latest - times[n] <= _SAME_EVENT_NS)]
+    recent = [n for n in names
+              if latest is None or ((t := times[n]) is not None and latest - t <= _SAME_EVENT_NS)]
     return max(recent or names, key=lambda n: (n not in suspected, dumps[n], times[n] is not None, times[n] or 0, n))
 
 
@@ -448,7 +469,7 @@ def _load_incident(job: LoadedJob, root: SafeDir, ranks_dir: Optional[SafeDir], 
         with paused_gc():
             if incident_dir is not None:
                 job.dumps = parallel.load_dumps(incident_dir, dump_files, keep, build_dump, job.problems, tick,
-                                                job.unusable, _load_each)
+                                                job.unusable, _load_each, job.notes)
             # A dump carries its rank's host, pid and rings; metadata is only needed for the
             # ranks that left none (and for all when there is no incident). At 16,384 ranks
             # this skips parsing 16,384 more copies of the ring.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import AbstractSet, Iterable, Optional
 
 from .confidence import confidence, majority_confidence
 from .job import LoadedJob
@@ -73,7 +73,7 @@ def find_stuck(job: LoadedJob, stall_s: float) -> list[Stuck]:
         stuck_seqs: list[int] = []
         waited: list[float] = []
         unknown_wait = False
-        for r, v in views.items():
+        for v in views.values():
             if v is None:
                 continue
             fs = _failed_seq(v) if v.failed or v.recent else None
@@ -197,8 +197,8 @@ def mismatch_verdicts(job: LoadedJob, stuck: list[Stuck]) -> list[Verdict]:
         # one pass over every rank's records: seq -> op signature -> ranks
         by_seq: dict[int, dict[OpSig, list[int]]] = {}
         for r in members:
-            d = job.dumps.get(r)
-            v = d.comms.get(comm) if d is not None else None
+            rd = job.dumps.get(r)
+            v = rd.comms.get(comm) if rd is not None else None
             if v is None:
                 continue
             mine: dict[int, OpSig] = {rec.seq: rec.sig for rec in v.recent if rec.seq}
@@ -274,7 +274,9 @@ def fold_consequences(job: LoadedJob, verdicts: list[Verdict], min_confidence: f
     roots: list[Verdict] = []
     folded: set[int] = set()
     for v in sorted((v for v in verdicts if v.kind == VerdictKind.OP_MISMATCH), key=lambda v: -size(v)):
-        groups = _signatures_at(job, v.comm, v.seq) if v.comm is not None and v.seq is not None else {}
+        if v.comm is None or v.seq is None:
+            continue  # nothing to compare it with
+        groups = _signatures_at(job, v.comm, v.seq)
         for root in roots:
             deviants = set(root.ranks)
             rest = {sig for sig, rs in groups.items() if set(rs) - deviants}
@@ -291,7 +293,8 @@ def fold_consequences(job: LoadedJob, verdicts: list[Verdict], min_confidence: f
     return [v for v in verdicts if id(v) not in folded]
 
 
-def p2p_verdicts(job: LoadedJob, stall_s: float, blamed: set[int], held: set[int] = frozenset()) -> list[Verdict]:
+def p2p_verdicts(job: LoadedJob, stall_s: float, blamed: set[int],
+                 held: AbstractSet[int] = frozenset()) -> list[Verdict]:
     """Point-to-point ops stuck for the stall time whose peer has no matching op in flight.
 
     A peer that is itself held in a stuck collective elsewhere (`held`: e.g. a relay's

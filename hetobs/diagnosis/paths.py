@@ -99,10 +99,10 @@ def path_verdicts(job: LoadedJob, reach: dict[int, Reach]) -> tuple[list[Verdict
                 pairs.setdefault((near, far), _Pair(near, far, comm, t, stall))
     out: list[Verdict] = []
     cleared: set[int] = set()
-    for (far, _), by_pair in sorted(found.items()):
-        cleared.update(hosts[far])
+    for (far_host_name, _), by_pair in sorted(found.items()):
+        cleared.update(hosts[far_host_name])
         ps = list(by_pair.values())
-        out.append(_verdict(job, reach, hosts[far], ps, any(p.heard_after_stall() for p in ps)))
+        out.append(_verdict(job, reach, hosts[far_host_name], ps, any(p.heard_after_stall() for p in ps)))
     return out, cleared
 
 

@@ -47,7 +47,7 @@ def _stragglers(job: LoadedJob, comm: CommKey) -> list[Verdict]:
         mine = {rec.seq: (rec.started_ns, rec.completed_ns) for rec in v.recent
                 if rec.seq and rec.started_ns and rec.completed_ns and rec.state == "completed"}
         if mine:
-            starts[r] = mine  # type: ignore[assignment]
+            starts[r] = mine
             for s in mine:
                 seq_count[s] = seq_count.get(s, 0) + 1
     if len(starts) < 3:
@@ -106,7 +106,7 @@ def _stragglers(job: LoadedJob, comm: CommKey) -> list[Verdict]:
 def slow_link_verdicts(job: LoadedJob) -> list[Verdict]:
     rows: list[tuple[Any, int, int, float, int, int]] = []  # transport, src, dst, GB/s, bytes, busy
     for r, d in job.dumps.items():
-        for comm, v in d.comms.items():
+        for v in d.comms.values():
             for lk in v.links:
                 if lk.bytes_sent and lk.busy_ns and lk.bytes_sent >= MIN_LINK_BYTES:
                     rows.append((lk.transport, r, lk.peer, lk.bytes_sent / lk.busy_ns, lk.bytes_sent, lk.busy_ns))

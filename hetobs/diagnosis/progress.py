@@ -77,7 +77,8 @@ def _moved_on(job: LoadedJob, st: Stuck, ops: dict[int, InFlight], stall_s: floa
                   f"(stall time {stall_s:.1f} s); transport {p.transport or 'unknown'}"]
             nxt = sv.in_flight if sv is not None else None
             back = nxt.peer(dst) if nxt is not None else None
-            if back is not None and back.sent is not None and back.acked is not None and back.sent > back.acked:
+            if nxt is not None and back is not None and back.sent is not None and back.acked is not None \
+                    and back.sent > back.acked:
                 ev.append(f"in seq {nxt.rec.seq} rank {src} sent {back.sent} frame(s) to rank {dst} "
                           f"and {back.acked} were acknowledged")
             ev.extend(_link_evidence(job, st, src, dst))
@@ -116,7 +117,7 @@ def walk(job: LoadedJob, st: Stuck, stall_s: float) -> list[Verdict]:
             out.append(Verdict(VerdictKind.LINK_STALLED, [], f"link {src} -> {dst} stalled: frames sent were never "
                                f"received", ev, links=[(src, dst)], comm=st.comm, seq=st.seq, op=st.op,
                                confidence=confidence(VerdictKind.LINK_STALLED, "sent_not_received")))
-    out.extend(_moved_on(job, st, ops, stall_s, {tuple(lk) for v in out for lk in v.links}))
+    out.extend(_moved_on(job, st, ops, stall_s, {(a, b) for v in out for a, b in v.links}))
     if out:
         return out
     ring = job.rings.get(st.comm)
@@ -139,7 +140,7 @@ def walk(job: LoadedJob, st: Stuck, stall_s: float) -> list[Verdict]:
             continue
         in_clean = prev_out.sent == inp.received
         out_clean = outp.sent == nxt_in.received
-        if not (in_clean and out_clean and inp.received and inp.received >= outp.sent):
+        if not (in_clean and out_clean and inp.received and outp.sent is not None and inp.received >= outp.sent):
             continue
         if _finished(outp) or not _stale(outp, stall_s):
             continue

@@ -3,7 +3,8 @@
 One row per rank of the world (16,384 rows at scale, built in one pass): the op and
 sequence id it was in, its state (in_op, not_joined, failed, idle, or its stage-1
 reachability: dead, stopped, silent, exited, no_dump) and, for ranks waiting in a
-stuck collective, the ranks they wait for.
+stuck collective, the ranks they wait for: those that never joined it where the stuck op has
+any (the cause behind the chain), else whom the rank's own dump says it waits on.
 """
 
 from __future__ import annotations
@@ -11,27 +12,36 @@ from __future__ import annotations
 from .job import LoadedJob
 from .matcher import Stuck
 from .reach import Reach
+from .summary import InFlight
 from .types import RankState
 
 __all__ = ["rank_table"]
 
 
+def _own_waits(f: InFlight) -> list[int]:
+    """Whom an in-flight op waits on, as its rank saw it: the dump's `waiting_on` (2.1), else
+    (older dumps) the peers it has not received everything from, from the progress counters."""
+    if f.waits is not None:
+        return f.waited_ranks()
+    return [p.peer for p in f.peers
+            if p.recv_posted is not None and p.received is not None and p.received < p.recv_posted]
+
+
 def rank_table(job: LoadedJob, reach: dict[int, Reach], stuck: list[Stuck]) -> list[RankState]:
     ws = job.world_size or 0
-    stuck_of: dict[int, Stuck] = {}
+    held: dict[int, int] = {}  # rank -> index in `stuck` of the op the row shows it in
     role: dict[int, str] = {}
-    awaited: dict[int, list[int]] = {}  # id(stuck) -> the ranks its waiting ranks wait for
-    for st in stuck:
-        awaited[id(st)] = sorted(set(st.not_joined) | set(st.no_dump))[:8]
+    awaited = [sorted(set(st.not_joined) | set(st.no_dump))[:8] for st in stuck]  # whom each op's waiters wait for
+    for i, st in enumerate(stuck):
         for r in st.failed:
             role.setdefault(r, "failed")
-            stuck_of.setdefault(r, st)
+            held.setdefault(r, i)
         for r in st.waiting:
             role.setdefault(r, "in_op")
-            stuck_of.setdefault(r, st)
-    for st in stuck:  # absent from one stuck op but held in another: the row shows where it is held
+            held.setdefault(r, i)
+    for i, st in enumerate(stuck):  # absent from one stuck op but held in another: the row shows where it is held
         for r in st.members:
-            stuck_of.setdefault(r, st)
+            held.setdefault(r, i)
         for r in st.not_joined:
             role.setdefault(r, "not_joined")
     rows: list[RankState] = []
@@ -43,8 +53,9 @@ def rank_table(job: LoadedJob, reach: dict[int, Reach], stuck: list[Stuck]) -> l
             state = rc.state if rc is not None and rc.state != "unknown" else "no_dump"
             rows.append(RankState(r, host, None, None, state))
             continue
-        st = stuck_of.get(r)
-        comm = st.comm if st is not None else next(iter(d.comms), None)
+        at = held.get(r)
+        held_in = stuck[at] if at is not None else None
+        comm = held_in.comm if held_in is not None else next(iter(d.comms), None)
         view = d.comms.get(comm) if comm is not None else None
         if view is None and d.comms:
             comm, view = next(iter(d.comms.items()))
@@ -55,14 +66,13 @@ def rank_table(job: LoadedJob, reach: dict[int, Reach], stuck: list[Stuck]) -> l
             op, seq = view.in_flight.rec.op, view.in_flight.rec.seq or view.in_flight.rec.p2p_seq
             if state == "idle":
                 state = "in_op"
-            waiting_on = [p.peer for p in view.in_flight.peers
-                          if p.recv_posted is not None and p.received is not None and p.received < p.recv_posted]
+            waiting_on = _own_waits(view.in_flight)
         elif view is not None and view.recent:
             last = view.recent[-1]
             op, seq = last.op, last.seq or last.p2p_seq
             if state == "idle" and last.state == "failed":
                 state = "failed"
-        if st is not None and state == "in_op" and role.get(r) == "in_op":
-            waiting_on = awaited[id(st)] or waiting_on
+        if at is not None and state == "in_op" and role.get(r) == "in_op":
+            waiting_on = awaited[at] or waiting_on
         rows.append(RankState(r, host, op, seq, state, waiting_on[:8], comm))
     return rows

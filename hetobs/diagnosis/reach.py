@@ -66,11 +66,11 @@ def assess(job: LoadedJob, options: Options, closed_by: dict[int, list[int]],
     out: dict[int, Reach] = {}
     unanswered: dict[int, list[int]] = {}
     answered: dict[int, list[int]] = {}
-    for d in job.dumps.values():
-        for r in d.unanswered:
-            unanswered.setdefault(r, []).append(d.rank)
-        for r in d.answered:
-            answered.setdefault(r, []).append(d.rank)
+    for asker in job.dumps.values():
+        for r in asker.unanswered:
+            unanswered.setdefault(r, []).append(asker.rank)
+        for r in asker.answered:
+            answered.setdefault(r, []).append(asker.rank)
     host_key = options.host_key if options.host_key is not None else local_host_key(options.proc_root)
     for r in range(ws):
         d = job.dumps.get(r)
@@ -205,13 +205,15 @@ def verdict_for(reach: Reach, nothing_else: bool) -> Optional[Verdict]:
             ev.append("at the incident it answered no one although it lived on: it was stopped or stalled then")
             return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r} was unresponsive at the incident (it "
                                                                f"answered no one and left no dump)", ev,
-                           confidence=confidence(VerdictKind.RANK_UNRESPONSIVE, "silent_while_waited_on" if reach.waited_by else "silent"))
+                           confidence=confidence(VerdictKind.RANK_UNRESPONSIVE,
+                                                 "silent_while_waited_on" if reach.waited_by else "silent"))
         return None
     if reach.state == "dead":
         if not reach.gone_at_incident and reach.alive_after:
             return None  # it lived past the incident and died later (the scheduler's kill): not a culprit
         if reach.gone_at_incident or not reach.answered_by:
-            conf = confidence(VerdictKind.RANK_DEAD, "gone_at_incident" if reach.gone_at_incident else "gone_not_answered")
+            conf = confidence(VerdictKind.RANK_DEAD,
+                              "gone_at_incident" if reach.gone_at_incident else "gone_not_answered")
             return Verdict(VerdictKind.RANK_DEAD, [r], f"rank {r} is dead: its process is gone and it left no dump",
                            ev, confidence=conf)
         if nothing_else:
@@ -224,7 +226,8 @@ def verdict_for(reach: Reach, nothing_else: bool) -> Optional[Verdict]:
     if reach.alive_in_hang and reach.state in ("unknown", "silent"):
         return None  # seen alive in the hang, its dump still on its way: silence is no evidence against it
     if reach.state == "stopped":
-        conf = confidence(VerdictKind.RANK_UNRESPONSIVE, "stopped" if not reach.answered_by else "stopped_after_answering")
+        conf = confidence(VerdictKind.RANK_UNRESPONSIVE,
+                          "stopped" if not reach.answered_by else "stopped_after_answering")
         return Verdict(VerdictKind.RANK_UNRESPONSIVE, [r], f"rank {r} is stopped (SIGSTOP?): it answered no one "
                                                            f"and left no dump", ev, confidence=conf)
     if reach.state == "silent":

@@ -15,6 +15,7 @@ Python helpers) rarely are.
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 from typing import Optional
 
 __all__ = ["innermost_frame"]
@@ -28,7 +29,7 @@ def innermost_frame(stacks: object) -> Optional[str]:
     if not isinstance(stacks, str) or not stacks:
         return None
     starts = [m.start() for m in _THREAD.finditer(stacks)] or [0]
-    blocks = [stacks[a:b] for a, b in zip(starts, starts[1:] + [len(stacks)])]
+    blocks = [stacks[a:b] for a, b in pairwise(starts + [len(stacks)])]
     best: Optional[list[tuple[str, str, str]]] = None
     for block in blocks:
         frames = _FRAME.findall(block)

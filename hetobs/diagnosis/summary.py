@@ -18,6 +18,7 @@ from .types import CommKey
 
 __all__ = [
     "SchemaError", "OpSig", "Rec", "IslandPhases", "PeerProg", "RelayPeer", "InFlight", "LinkStat", "LinkReconnect",
+    "ReconnectEvent",
     "AbortInfo", "CauseInfo", "Wait",
     "CommView",
     "RankDump", "RankMeta",
@@ -92,7 +93,7 @@ class OpSig(NamedTuple):
 
     op: Optional[str]
     dtype: Optional[str]
-    count: Optional[int]
+    count: Optional[int]  # type: ignore[assignment]  # shadows tuple.count, which nothing calls on these
     root: Optional[int]
 
     def text(self) -> str:
@@ -129,7 +130,7 @@ class Rec(NamedTuple):
     p2p_seq: int
     op: Optional[str]
     dtype: Optional[str]
-    count: Optional[int]
+    count: Optional[int]  # type: ignore[assignment]  # shadows tuple.count, which nothing calls on these
     root: Optional[int]
     peer: Optional[int]
     state: str
@@ -241,20 +242,43 @@ def _tcp_health(t: Any) -> Optional[TcpHealth]:
     return TcpHealth(*(_int(t.get(f)) for f in TcpHealth._fields))
 
 
+class ReconnectEvent(NamedTuple):
+    """One event of `links[].reconnect.events`, oldest first."""
+
+    time_ns: Optional[int]  # wall clock
+    what: str  # the sentence, for people ("" when a dump has none)
+    stage: Optional[str] = None  # broke | dial | probe | resume | end; None: a dump from before the fields
+    errno: int = 0  # errno the attempt's connects ended in (ECONNREFUSED: refused); 0: none
+    refused_ns: int = 0  # how long every connect had been refused when the attempt ended
+
+    def has_fields(self) -> bool:
+        """Whether the dump wrote the event as data (`stage`, `errno`), not only as a sentence."""
+        return self.stage is not None
+
+
 class LinkReconnect(NamedTuple):
     """`links[].reconnect`: what re-making the link met (docs/reconnect.md)."""
 
     state: Optional[str]  # up | re-making | down | closed
     breaks: int
     attempts: int
-    events: tuple[tuple[Optional[int], str], ...]  # (wall ns, what), oldest first
+    events: tuple[ReconnectEvent, ...]  # oldest first
+
+
+def _reconnect_event(e: Any) -> Optional[ReconnectEvent]:
+    if not isinstance(e, dict):
+        return None
+    what, stage = _str(e.get("what")), _str(e.get("stage"))
+    if what is None and stage is None:
+        return None
+    return ReconnectEvent(_int(e.get("time_ns")), what or "", stage, _int(e.get("errno")) or 0,
+                          _int(e.get("refused_ns")) or 0)
 
 
 def _reconnect(r: Any) -> Optional[LinkReconnect]:
     if not isinstance(r, dict):
         return None
-    events = tuple((_int(e.get("time_ns")), e["what"]) for e in _list(r.get("events"))
-                   if isinstance(e, dict) and isinstance(e.get("what"), str))
+    events = tuple(ev for ev in map(_reconnect_event, _list(r.get("events"))) if ev is not None)
     return LinkReconnect(_str(r.get("state")), _int(r.get("breaks")) or 0, _int(r.get("attempts")) or 0, events)
 
 
@@ -465,8 +489,7 @@ def _peer_prog(p: dict[str, Any]) -> Optional[PeerProg]:
         peer = _int(p.get("peer"))
     if peer is None:
         return None
-    send = p.get("send") if isinstance(p.get("send"), dict) else {}
-    recv = p.get("recv") if isinstance(p.get("recv"), dict) else {}
+    send, recv = _dict(p.get("send")), _dict(p.get("recv"))
     return PeerProg(peer, _str(p.get("transport")), _int(send.get("posted")), _int(send.get("sent")),
                     _int(send.get("acked")), _int(send.get("done")), _int(recv.get("posted")),
                     _int(recv.get("received")), _int(recv.get("done")), _num(p.get("seconds_since_change")))
@@ -540,8 +563,7 @@ def dump_from_doc(doc: dict[str, Any], records: list[dict[str, Any]], path: str,
     rank = _int(doc.get("rank"))
     if rank is None or rank < 0:
         raise SchemaError(f"'rank' is {doc.get('rank')!r}, expected a non-negative integer")
-    sc = doc.get("side_channel") if isinstance(doc.get("side_channel"), dict) else {}
-    py = doc.get("python") if isinstance(doc.get("python"), dict) else {}
+    sc, py = _dict(doc.get("side_channel")), _dict(doc.get("python"))
     d = RankDump(
         rank=rank, path=path, host=_str(doc.get("host")), pid=_int(doc.get("pid")),
         process_start_time=_int(doc.get("process_start_time")), reason=_str(doc.get("reason")),

@@ -95,7 +95,7 @@ def _positive(v: Any) -> Optional[float]:
 
 def read_state(job: LoadedJob) -> Optional[IncidentState]:
     """The chosen incident's state, or None when no watchdog suspected it (an ordinary incident)."""
-    found: dict[str, Optional[dict[str, Any]]] = {s: None for s in STATES}
+    found: dict[str, Optional[dict[str, Any]]] = dict.fromkeys(STATES)
     if job.source == "hetobs" and job.root is not None and job.incident is not None:
         try:  # entered without following links, like every read of a job directory (untrusted.py)
             with SafeDir.open_root(job.root) as root, root.subdir("incidents") as incidents, \

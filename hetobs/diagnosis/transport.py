@@ -7,8 +7,9 @@ tell a dead process from a firewall that resets: when the "gone" peer left a dum
 incident it was alive, so the refusals came from the network and the link is to blame.
 
 Direction (`links`: [[src, dst]]) comes from the reconnect record each end keeps of the link
-(`links[].reconnect`): an end whose dials or probes toward its peer were refused (while the
-peer had not failed yet: after that its process may be gone and refuse for that reason) had
+(`links[].reconnect`): an end whose dials or probes toward its peer were refused (the event's
+`errno` ECONNREFUSED; its sentence in dumps written before that field) while the peer had not
+failed yet (after that its process may be gone and refuse for that reason) had
 its packets to that peer answered with resets, so src -> dst is a direction that loses packets.
 Both ends refused: both directions. Neither refused: every attempt went unanswered, which a
 path dropping (or resetting, when the resets are dropped too) packets in either one direction
@@ -18,17 +19,19 @@ is unknown. Without records (older dumps): the reporting end and its peer, as be
 
 from __future__ import annotations
 
+import errno
 from typing import Optional
 
 from .causes import GONE_CLAIM, Cause, CauseKind
 from .confidence import confidence
 from .direction import links_to
 from .job import LoadedJob
-from .summary import CommView, LinkReconnect
+from .summary import CommView, LinkReconnect, ReconnectEvent
 from .types import CommKey, Verdict, VerdictKind
 
 __all__ = ["transport_verdicts", "GONE_CLAIM"]
 
+# Dumps whose reconnect events predate their `stage`/`errno` fields say "refused" only in words:
 _REFUSED = "refused"  # "Connection refused" / "refuses connections" in an attempt's error
 _THROUGHOUT = "refused throughout"  # connect_retry.cc: every attempt of the refusal window was refused
 _REFUSED_WINDOW_S = 1.5  # reconnect.cc kRefusedForNs: how long refusals last before a peer counts as gone
@@ -50,17 +53,30 @@ def _refused(rec: Optional[LinkReconnect], peer_failed_ns: Optional[int]) -> boo
     """Whether this end's attempts to re-make the link met resets (its packets toward the peer died)
     while the peer still lived: once the peer has failed its process may have exited, and its
     host then refuses for that reason (both ends' records would point both ways). An event is
-    written when the attempts end; "refused throughout" attempts began the refusal window
-    before that (reconnect.cc kRefusedForNs), others are placed at the event."""
+    written when the attempts end; its refusals began `refused_ns` before that."""
     if rec is None:
         return False
-    for t, what in rec.events:
-        if _REFUSED not in what or what.startswith("broke"):
-            continue
-        began = t - int(_REFUSED_WINDOW_S * 1e9) if t is not None and _THROUGHOUT in what else t
-        if peer_failed_ns is None or began is None or began < peer_failed_ns:
+    for ev in rec.events:
+        refused, began = _refusal(ev)
+        if refused and (peer_failed_ns is None or began is None or began < peer_failed_ns):
             return True
     return False
+
+
+def _refusal(ev: ReconnectEvent) -> tuple[bool, Optional[int]]:
+    """Whether an attempt met refusals, and when they began (wall ns; None if not known).
+
+    The event's fields where the dump has them; else (older dumps) its sentence: "refused
+    throughout" attempts began the refusal window (reconnect.cc kRefusedForNs) before the
+    event, others are placed at it."""
+    t = ev.time_ns
+    if ev.has_fields():
+        if ev.stage == "broke" or ev.errno != errno.ECONNREFUSED:
+            return False, None
+        return True, (t - ev.refused_ns if t is not None else None)
+    if _REFUSED not in ev.what or ev.what.startswith("broke"):
+        return False, None
+    return True, (t - int(_REFUSED_WINDOW_S * 1e9) if t is not None and _THROUGHOUT in ev.what else t)
 
 
 def _failed_at(job: LoadedJob, rank: int) -> Optional[int]:
@@ -75,8 +91,16 @@ def _quote(rank: int, peer: int, rec: Optional[LinkReconnect]) -> list[str]:
                 f"HETOBS_RECONNECT_TIMEOUT=0)"]
     out = [f"rank {rank}'s link to rank {peer}: broke {rec.breaks} time(s), {rec.attempts} attempt(s) to "
            f"re-make it, ended {rec.state or 'unknown'}"]
-    out += [f"rank {rank}: {what}" for _, what in rec.events[-_EVENTS_QUOTED:]]
+    out += [f"rank {rank}: {_describe(ev)}" for ev in rec.events[-_EVENTS_QUOTED:]]
     return out
+
+
+def _describe(ev: ReconnectEvent) -> str:
+    """The event's sentence; from its fields when a dump's text was left out."""
+    if ev.what or not ev.has_fields():
+        return ev.what
+    out = f"{ev.stage}: {errno.errorcode.get(ev.errno, str(ev.errno))}" if ev.errno else str(ev.stage)
+    return out + (f" (refused for {ev.refused_ns / 1e9:.1f} s)" if ev.refused_ns else "")
 
 
 def _is_report(c: Cause) -> bool:

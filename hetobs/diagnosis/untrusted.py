@@ -57,7 +57,7 @@ class SafeDir:
         self.fd = fd
 
     @classmethod
-    def open_root(cls, path: Path) -> "SafeDir":
+    def open_root(cls, path: "str | os.PathLike[str]") -> "SafeDir":
         """The directory the user named (links followed: it is their choice)."""
         return cls(Path(path), os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
 

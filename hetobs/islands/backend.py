@@ -48,7 +48,8 @@ class IslandsBackend(PythonGroup, dist.ProcessGroup):
         self.h.inner.shutdown()
 
     # -- recording ---------------------------------------------------------------------
-    def _op(self, name: str, t: torch.Tensor | None, run: Callable[[PhaseClock], None], *, redop: Any = None,
+    # run(clock): Callable[..., None], as the callers' lambdas bind their buffer as a default argument
+    def _op(self, name: str, t: torch.Tensor | None, run: Callable[..., None], *, redop: Any = None,
             peer: int = -1, count: int | None = None, out_count: int | None = None,
             out: torch.Tensor | None = None) -> None:
         for x in (t, out):
@@ -110,7 +111,7 @@ class IslandsBackend(PythonGroup, dist.ProcessGroup):
     _allgather_base = all_gather_single
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:
-        for outs, inp in zip(outputs, inputs):
+        for outs, inp in zip(outputs, inputs, strict=True):
             flat = torch.empty(self.size() * inp.numel(), dtype=inp.dtype, device=inp.device)
             self.all_gather_single(flat, inp, opts)
             for i, o in enumerate(outs):
@@ -128,7 +129,7 @@ class IslandsBackend(PythonGroup, dist.ProcessGroup):
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:
-        for out, ins in zip(outputs, inputs):
+        for out, ins in zip(outputs, inputs, strict=True):
             self.reduce_scatter_single(out, torch.cat([t.reshape(-1) for t in ins]), opts)
         return done(outputs)
 

@@ -129,7 +129,7 @@ class Relay:
         t1 = time.perf_counter_ns()
         phases = self.comm.relay(host_sends, host_recvs, stage="none")
         t2 = time.perf_counter_ns()
-        for (_, t), (_, h) in zip(recvs, host_recvs):
+        for (_, t), (_, h) in zip(recvs, host_recvs, strict=True):
             t.copy_(h)
         t3 = time.perf_counter_ns()
         return {"d2h_ns": t1 - t0, "wire_ns": t2 - t1, "h2d_ns": t3 - t2, "chunks": phases.get("chunks", 0)}

@@ -199,9 +199,9 @@ def exchange(store: Any, prefix: str, rank: int, size: int, env: Mapping[str, st
     for r in range(size):
         raw = bytes(store.get(f"{prefix}{r}"))
         try:
-            e = json.loads(raw)
-            error = e.get("error")
-            entry = None if error else {k: str(e[k]) for k in ("island", "backend", "device", "relay")}
+            published = json.loads(raw)
+            error = published.get("error")
+            entry = None if error else {k: str(published[k]) for k in ("island", "backend", "device", "relay")}
         except (ValueError, KeyError, TypeError, AttributeError):
             raise IslandError(f"rank {r} published an unreadable island identity under {prefix}{r}") from None
         if entry is None:

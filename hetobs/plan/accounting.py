@@ -20,6 +20,7 @@ and need no common clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Mapping, NamedTuple, Sequence
 
 __all__ = ["OpTime", "RankTime", "Window", "account", "busy_share"]
@@ -105,7 +106,7 @@ def account(ops: Mapping[int, Sequence[OpTime]], last: int = 0) -> Window | None
     wait = dict.fromkeys(ranks, 0)
     vendor: dict[int, int | None] = dict.fromkeys(ranks, 0)
     collective = 0
-    for prev, seq in zip(run, run[1:]):
+    for prev, seq in pairwise(run):
         latest = max(by_rank[r][seq].start_ns for r in ranks)
         collective += min(by_rank[r][seq].end_ns - by_rank[r][seq].start_ns for r in ranks)
         for r in ranks:

@@ -10,11 +10,11 @@ island of one, which makes eta_mix's bound the sum of every rank alone).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, cast
 
 from hetobs import stats
 
-from .accounting import OpTime, Window, account
+from .accounting import OpTime, account
 from .model import PlanError, build_plan
 from .report import read_batches
 
@@ -47,13 +47,17 @@ def read_live(job: str, shm_dir: str = "/dev/shm", records: int = RECORDS) -> tu
         if seg.island:
             islands[seg.rank] = seg.island
         for rec in seg.records:
-            seq, start, end = rec["collective_seq_id"], rec["time_discovered_started_ns"], rec["time_discovered_completed_ns"]
+            seq = rec["collective_seq_id"]
+            start, end = rec["time_discovered_started_ns"], rec["time_discovered_completed_ns"]
             if rec["state"] != "completed" or not seq or not start or not end:
                 continue
             phases = rec.get("phases")
             vendor = phases.get("vendor_ns") if isinstance(phases, dict) else None
-            _add(out, seg.rank, rec["comm_id"], int(rec["comm_size"]), rec.get("island"),  # type: ignore[arg-type]
-                 OpTime(int(seq), int(start), int(end), vendor))  # type: ignore[arg-type]
+            # read_segment writes these fields as ints (and the island as a name or None)
+            island = rec.get("island")
+            _add(out, seg.rank, rec["comm_id"], cast(int, rec["comm_size"]),
+                 island if isinstance(island, str) else None,
+                 OpTime(cast(int, seq), cast(int, start), cast(int, end), cast("int | None", vendor)))
     return out, islands, world
 
 
@@ -75,7 +79,8 @@ def read_dumps(job_dir: Path, records: int = RECORDS,
                 if rec.state != "completed" or not rec.seq or not rec.started_ns or not rec.completed_ns:
                     continue
                 vendor = rec.phases.vendor_ns if rec.phases is not None else None
-                _add(out, rank, key, view.size or 0, rec.island, OpTime(rec.seq, rec.started_ns, rec.completed_ns, vendor))
+                _add(out, rank, key, view.size or 0, rec.island,
+                     OpTime(rec.seq, rec.started_ns, rec.completed_ns, vendor))
     return out, islands, loaded.world_size or 0, loaded.incident, [f"{p.path}: {p.problem}" for p in loaded.problems]
 
 

@@ -50,12 +50,12 @@ def build_plan(window: Window, islands: Mapping[int, str], current: Mapping[int,
         raise PlanError(str(e)) from None
 
     def step(batch: Sequence[float]) -> float:
-        return max(per_sample[r] * b for r, b in zip(ranks, batch)) + collective_s
+        return max(per_sample[r] * b for r, b in zip(ranks, batch, strict=True)) + collective_s
 
     members: dict[str, list[int]] = {}
     for r in ranks:
         members.setdefault(islands[r], []).append(r)
-    alone = []
+    alone: list[dict[str, Any]] = []
     for name, rs in members.items():
         vendor = [window.ranks[r].vendor_ns for r in rs]
         if len(rs) == 1:
@@ -78,7 +78,7 @@ def build_plan(window: Window, islands: Mapping[int, str], current: Mapping[int,
         "global_batch": global_batch,
         "plan": [{"rank": r, "island": islands[r], "batch": b, "current_batch": current[r],
                   "seconds_per_sample": per_sample[r], "busy_share": round(window.ranks[r].busy_share, 4)}
-                 for r, b in zip(ranks, planned)],
+                 for r, b in zip(ranks, planned, strict=True)],
         "eta_mix_even": global_batch / even_step / bound,
         "eta_mix_planned": global_batch / planned_step / bound,
         "eta_mix_measured": sum(current[r] for r in ranks) / measured_step / bound,

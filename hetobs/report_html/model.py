@@ -171,8 +171,8 @@ def build_view(report: Report, job: Optional[LoadedJob]) -> dict[str, Any]:
     arrivals: list[Optional[float]] = []
     if t0 is not None and comm is not None:
         for r in _focus_ranks(order, blamed + advisory, blamed_links):
-            d = dumps.get(r)
-            view = d.comms.get(comm) if d is not None else None
+            rd = dumps.get(r)
+            view = rd.comms.get(comm) if rd is not None else None
             recs: list[list[Any]] = []
             pos = None
             if view is not None:
@@ -182,7 +182,7 @@ def build_view(report: Report, job: Optional[LoadedJob]) -> dict[str, Any]:
                     recs = [x for x in recs if x[0] != (f.seq or f.p2p_seq)] + [_rec_row(f, t0, True)]
                 pos = view.position()
             timeline.append({"rank": r, "dump": d is not None, "position": pos, "ops": recs})
-        for r, d in dumps.items():
+        for d in dumps.values():
             view = d.comms.get(comm)
             rec = view.op_at(seq) if view is not None and seq else None
             arrivals.append(round((rec.started_ns - t0) / 1e6, 3) if rec is not None and rec.started_ns else None)

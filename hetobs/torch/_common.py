@@ -7,7 +7,7 @@ from typing import Any, Iterable
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
+from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]  # private, in every torch we build for
 
 from .. import codes
 from ..buffers import DTYPES

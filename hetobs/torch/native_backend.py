@@ -65,7 +65,7 @@ class HetobsBackend(PythonGroup, dist.ProcessGroup):
     _allgather_base = all_gather_single
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:
-        for outs, inp in zip(outputs, inputs):
+        for outs, inp in zip(outputs, inputs, strict=True):
             if inp.numel() == 0:  # every rank's is empty (equal shapes): nothing to move
                 continue
             flat = torch.empty(self.comm.size * inp.numel(), dtype=inp.dtype)
@@ -85,7 +85,7 @@ class HetobsBackend(PythonGroup, dist.ProcessGroup):
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:
         op = reduction(or_default(opts, dist.ReduceScatterOptions).reduceOp)
-        for out, ins in zip(outputs, inputs):
+        for out, ins in zip(outputs, inputs, strict=True):
             flat = torch.cat([t.detach().to("cpu").reshape(-1) for t in ins])
             with staged(out, copy_in=False) as ho:
                 self.comm.reduce_scatter(ho, flat, op)

@@ -63,7 +63,7 @@ class PythonGroup(NamedGroup):
 
     @staticmethod
     def _pairwise(op: Any, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any) -> Any:
-        for out, inp in zip(outputs, inputs):
+        for out, inp in zip(outputs, inputs, strict=True):
             op(out, inp, opts)
         return done(outputs)
 

@@ -138,9 +138,11 @@ int connectWithRetries(const ConnectTarget& t, int64_t deadlineNs, RetryLimits l
   if (limits.refused_for_ns >= 0 && err == ECONNREFUSED && refusedSince >= 0 &&
       monoNs() - refusedSince >= limits.refused_for_ns)
     why = "refused throughout: nothing listens there";
-  throw ConnectError(strFormat("cannot connect to %s: %s after %d attempt%s (gave up: %s)", who.c_str(),
-                               errnoString(err).c_str(), attempt, attempt == 1 ? "" : "s", why),
-                     t.peer, t.addr.str(), attempt, err);
+  ConnectError e(strFormat("cannot connect to %s: %s after %d attempt%s (gave up: %s)", who.c_str(),
+                           errnoString(err).c_str(), attempt, attempt == 1 ? "" : "s", why),
+                 t.peer, t.addr.str(), attempt, err);
+  if (err == ECONNREFUSED && refusedSince >= 0) e.refused_ns = monoNs() - refusedSince;
+  throw e;
 }
 
 }  // namespace hetobs

@@ -225,7 +225,8 @@ void writeLinkCounters(JsonWriter& w, int peer, int globalPeer, const char* tran
     w.key("events").beginArray();
     for (const auto& e : history->events) {
       w.beginObject();
-      w.field("time_ns", e.wall_ns).field("what", e.what);
+      w.field("time_ns", e.wall_ns).field("stage", e.stage).field("errno", e.err).field("refused_ns", e.refused_ns);
+      w.field("what", e.what);
       w.endObject();
     }
     w.endArray();

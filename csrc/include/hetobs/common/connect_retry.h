@@ -20,6 +20,7 @@ class ConnectError : public PeerError {
   std::string address;  // "ip:port"
   int attempts;
   int err;              // errno of the last attempt (ECONNREFUSED: nobody listens there)
+  int64_t refused_ns = 0;  // how long the attempts had been refused in a row when it gave up (0: the last was not)
 };
 
 struct ConnectTarget {

@@ -22,9 +22,14 @@ namespace hetobs {
 // What re-making a TCP link has met (docs/reconnect.md), copied out for a dump: a link that
 // could not be re-made leaves here the break, the attempts and what each one ended in.
 struct ReconnectHistory {
+  // The fields say what happened as data (the diagnosis reads them: transport.py); `what`
+  // says it for people.
   struct Event {
     int64_t wall_ns = 0;
-    std::string what;  // "broke: sending data: Connection reset by peer", "dial: ...", ...
+    const char* stage = "";  // broke | dial | probe | resume | end (a static string)
+    int err = 0;             // errno the attempt's connects ended in (ECONNREFUSED: refused); 0: none
+    int64_t refused_ns = 0;  // how long every connect had been refused when the attempt ended (0: the last was not)
+    std::string what;        // "broke: sending data: Connection reset by peer", "dial: ...", ...
   };
   std::string state = "up";   // up | re-making | down (gave up) | closed (the peer closed it)
   uint64_t breaks = 0;        // times the connection broke

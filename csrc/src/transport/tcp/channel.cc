@@ -426,7 +426,7 @@ int TcpChannel::dialAndNote(bool background) {
     writeFull(fd, &mine, sizeof mine, monoNs() + kHandshakeAnswerNs, "resume note");
   } catch (const Error& e) {
     ::close(fd);
-    reconnect_->log().failed(strFormat("resume: %s", e.what()));
+    reconnect_->log().failed("resume", e.what());
     return -1;  // the next dial tries again, or past the deadline names the link (LinkError)
   }
   return fd;
@@ -457,7 +457,7 @@ bool TcpChannel::finishPending(bool block) {
     ::close(pendingFd_);
     pendingFd_ = -1;
     pendingOff_ = 0;
-    reconnect_->log().failed(strFormat("resume: %s", e.what()));
+    reconnect_->log().failed("resume", e.what());
     return false;  // as in dialAndNote
   }
   int fd = pendingFd_;
@@ -730,7 +730,7 @@ bool TcpChannel::pollControl() {
         throw;
       } catch (const Error& e) {
         ::close(fd);
-        reconnect_->log().failed(strFormat("resume: %s", e.what()));
+        reconnect_->log().failed("resume", e.what());
         HETOBS_DEBUG("resume with %s failed (%s)", peer_.describe().c_str(), e.what());
       }
     }

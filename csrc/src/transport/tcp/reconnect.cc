@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 
 #include "hetobs/bootstrap/listener.h"
 #include "hetobs/common/clock.h"
@@ -24,21 +25,21 @@ constexpr int64_t kRefusedForNs = 1500000000LL;
 
 int64_t Reconnector::refusedForNs() const { return plan_.same_host ? 0 : kRefusedForNs; }
 
-void ReconnectLog::addLocked(const std::string& what) {
+void ReconnectLog::addLocked(const char* stage, std::string what, int err, int64_t refusedNs) {
   if (h_.events.size() == kEvents) h_.events.erase(h_.events.begin());  // the latest few tell the story
-  h_.events.push_back(ReconnectHistory::Event{wallNs(), what});
+  h_.events.push_back(ReconnectHistory::Event{wallNs(), stage, err, refusedNs, std::move(what)});
 }
 
 void ReconnectLog::broke(const std::string& why) {
   std::lock_guard<std::mutex> g(mu_);
   ++h_.breaks;
   h_.state = "re-making";
-  addLocked("broke: " + why);
+  addLocked("broke", "broke: " + why);
 }
 
-void ReconnectLog::failed(const std::string& what) {
+void ReconnectLog::failed(const char* stage, const std::string& detail, int err, int64_t refusedNs) {
   std::lock_guard<std::mutex> g(mu_);
-  addLocked(what);
+  addLocked(stage, strFormat("%s: %s", stage, detail.c_str()), err, refusedNs);
 }
 
 void ReconnectLog::attempted(uint64_t n) {
@@ -51,10 +52,10 @@ void ReconnectLog::remade() {
   h_.state = "up";
 }
 
-void ReconnectLog::ended(const char* state, const std::string& what) {
+void ReconnectLog::ended(const char* state, const std::string& what, int err) {
   std::lock_guard<std::mutex> g(mu_);
   h_.state = state;
-  addLocked(what);
+  addLocked("end", what, err);
 }
 
 ReconnectHistory ReconnectLog::snapshot() const {
@@ -88,15 +89,15 @@ int Reconnector::dial(uint32_t generation, int64_t deadlineNs, const PeerInfo& p
     return dialAndShake(ConnectTarget{plan_.peer_listener, plan_.peer_rank, peer.describe()}, plan_.cred, h,
                         deadlineNs, limits, [this](const std::string& why) {
                           log_.attempted();
-                          log_.failed("dial: " + why);
+                          log_.failed("dial", why);
                         });
   } catch (const ConnectError& e) {
     log_.attempted(uint64_t(std::max(0, e.attempts - 1)));  // its connects, past the one counted above
-    log_.failed(strFormat("dial: %s", e.what()));
+    log_.failedConnect("dial", e);
     if (e.err == ECONNREFUSED) throw gonePeer(peer, plan_.peer_rank, e.address);
     throw;
   } catch (const Error& e) {
-    log_.failed(strFormat("dial: %s", e.what()));
+    log_.failed("dial", e.what());
     throw;
   }
 }
@@ -131,7 +132,7 @@ int Reconnector::await(int64_t deadlineNs, const PeerInfo& peer) {
       clientHandshake(probe, plan_.cred, h, deadlineNs);
     } catch (const ConnectError& e) {
       log_.attempted(uint64_t(std::max(0, e.attempts - 1)));
-      log_.failed(strFormat("probe: %s", e.what()));
+      log_.failedConnect("probe", e);
       if (e.err == ECONNREFUSED)
         throw gonePeer(peer, plan_.peer_rank, e.address);
       // Unreachable for now: keep waiting for its redial until the deadline.
@@ -143,7 +144,7 @@ int Reconnector::await(int64_t deadlineNs, const PeerInfo& peer) {
       throw;
     } catch (const Error& e) {
       // Dropped during the probe: a flapping network or a dying process. Probe again.
-      log_.failed(strFormat("probe: %s", e.what()));
+      log_.failed("probe", e.what());
     }
     if (probe >= 0) ::close(probe);
     int64_t now = monoNs();
@@ -159,7 +160,7 @@ int Reconnector::tryRemake(uint32_t generation, int64_t deadlineNs, const PeerIn
     return dialer() ? dial(generation, deadlineNs, peer) : await(deadlineNs, peer);
   } catch (const PeerError& e) {
     if (e.closed) {  // the peer is gone: the error it always was
-      log_.ended("closed", e.what());
+      log_.ended("closed", e.what(), e.gone ? ECONNREFUSED : 0);
       throw;
     }
     return -1;

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "hetobs/bootstrap/handshake.h"
+#include "hetobs/common/connect_retry.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/net.h"
 #include "hetobs/transport/channel.h"
@@ -53,17 +54,23 @@ constexpr uint32_t kResumeMagic = 0x52425448;  // "HTBR"
 
 // The link's reconnect record (ReconnectHistory): written by the thread that re-makes the
 // link, read by a dump's. A lock, taken only when the link breaks or an attempt fails.
+// Each event carries its stage and errno as fields beside the sentence: the diagnosis tells a
+// refused attempt by ECONNREFUSED, not by the word "refused" (issue 30).
 class ReconnectLog {
  public:
-  void broke(const std::string& why);       // the connection broke: re-making starts
-  void failed(const std::string& what);     // one attempt (dial, probe, resume) failed
-  void attempted(uint64_t n = 1);           // attempts made (a connect, a dial, a probe)
-  void remade();                            // back up
-  void ended(const char* state, const std::string& what);  // "down" (gave up) or "closed"
+  void broke(const std::string& why);  // the connection broke: re-making starts
+  // One attempt failed; `stage` "dial", "probe" or "resume" (static), `detail` its error;
+  // `err`/`refusedNs` from a ConnectError (failedConnect), else 0.
+  void failed(const char* stage, const std::string& detail, int err = 0, int64_t refusedNs = 0);
+  void failedConnect(const char* stage, const ConnectError& e) { failed(stage, e.what(), e.err, e.refused_ns); }
+  void attempted(uint64_t n = 1);  // attempts made (a connect, a dial, a probe)
+  void remade();                   // back up
+  // "down" (gave up) or "closed"; `err` ECONNREFUSED when it ended because the peer is gone.
+  void ended(const char* state, const std::string& what, int err = 0);
   ReconnectHistory snapshot() const;
 
  private:
-  void addLocked(const std::string& what);
+  void addLocked(const char* stage, std::string what, int err = 0, int64_t refusedNs = 0);
   static constexpr size_t kEvents = 8;
   mutable std::mutex mu_;
   ReconnectHistory h_;
