@@ -77,5 +77,37 @@ def prog_digest(args: dict[str, Any]) -> None:
     comm.close()
 
 
+def prog_torch_digest(args: dict[str, Any]) -> None:
+    """The same through torch's ``hetobs_gloo`` (Gloo, wrapped): `steps` ops (`op`: all_reduce,
+    all_gather (list), all_gather_into_tensor or broadcast); reports `done` with each op index that
+    raised and the error's type, then waits for `exit`."""
+    rank = int(os.environ["RANK"])
+    if rank == int(args.get("flip_rank", -1)):
+        os.environ["HETOBS_TEST_FLIP_BIT"] = f"{args['flip_seq']}:{args.get('flip_element', 0)}:{args.get('flip_bit', 0)}"
+    import torch
+    import torch.distributed as dist
+
+    import hetobs.torch  # noqa: F401  (registers hetobs_gloo)
+
+    dist.init_process_group("hetobs_gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+    n, op, world = int(args["elements"]), args["op"], dist.get_world_size()
+    caught = []
+    for i in range(int(args["steps"])):
+        try:
+            if op == "all_reduce":
+                dist.all_reduce(torch.full((n,), 1.0 + i))
+            elif op == "all_gather":
+                dist.all_gather([torch.empty(n) for _ in range(world)], torch.full((n,), float(rank + i)))
+            elif op == "all_gather_into_tensor":
+                dist.all_gather_into_tensor(torch.empty(world * n), torch.full((n,), float(rank + i)))
+            else:
+                dist.broadcast(torch.full((n,), float(i)) if rank == 0 else torch.zeros(n), src=0)
+        except dist.DistBackendError as e:
+            caught.append({"step": i, "type": type(e).__name__})
+    event("done", caught=caught)
+    command()
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     globals()["prog_" + sys.argv[1]](json.loads(sys.argv[2]))

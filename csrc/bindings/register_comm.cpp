@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include "hetobs/observe/external_comm.h"
 #include "hetobs/common/clock.h"
 #include "hetobs/common/env_config.h"
+#include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
 #include "hetobs/observe/dump_tree.h"
 #include "hetobs/observe/runtime.h"
@@ -180,7 +182,41 @@ void hookEnd(void* c, uint64_t token, bool ok, const char* error) {
 void* hookRetain(void* c) { return new ExternalRef(*static_cast<ExternalRef*>(c)); }
 void hookRelease(void* c) { delete static_cast<ExternalRef*>(c); }
 
-const ExternalHooks kHooks{kExternalHooksAbi, hookBegin, hookEnd, hookRetain, hookRelease};
+bool hookDigestDue(void* c, uint64_t token) {
+  try {
+    return (*static_cast<ExternalRef*>(c))->digestDue(token);
+  } catch (const std::exception& e) {
+    HETOBS_WARN("deciding on a result digest failed: %s", e.what());
+    return false;
+  }
+}
+
+void copyMessage(const std::string& text, char* msg, uint64_t cap) {
+  if (!msg || cap == 0) return;
+  size_t n = std::min<size_t>(text.size(), size_t(cap - 1));
+  memcpy(msg, text.data(), n);
+  msg[n] = '\0';
+}
+
+int hookCheckResult(void* c, uint64_t token, uint8_t* data, uint64_t count, uint32_t es,
+                    int (*gather)(void*, const uint8_t*, uint64_t, uint8_t*), void* ctx, char* msg, uint64_t cap) {
+  try {
+    auto exchange = [gather, ctx](const uint8_t* mine, size_t bytes, uint8_t* all) {
+      if (gather(ctx, mine, bytes, all) != 0) throw Error("the library's all_gather of result digests failed");
+    };
+    std::string text;
+    int rc = (*static_cast<ExternalRef*>(c))->checkResult(token, data, size_t(count), es, exchange, &text);
+    copyMessage(text, msg, cap);
+    return rc;
+  } catch (const std::exception& e) {  // never raised through the C table: the op stands, unchecked
+    HETOBS_WARN("checking the result digest of a vendor op failed: %s", e.what());
+    copyMessage(std::string("checking the result digest failed: ") + e.what(), msg, cap);
+    return -1;
+  }
+}
+
+const ExternalHooks kHooks{kExternalHooksAbi, hookBegin,     hookEnd,        hookRetain,
+                           hookRelease,       hookDigestDue, hookCheckResult};
 
 void checkIsland(const std::string& island, Backend backend) {
   if (island.size() >= kIslandNameBytes)

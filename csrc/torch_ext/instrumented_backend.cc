@@ -1,5 +1,6 @@
 #include "instrumented_backend.h"
 
+#include <cstring>
 #include <optional>
 
 #include "completion_poller.h"
@@ -44,6 +45,29 @@ uint64_t numel(const std::vector<std::vector<at::Tensor>>& tss) {
   return n;
 }
 
+std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& tss) {
+  std::vector<at::Tensor> out;
+  for (const auto& ts : tss) out.insert(out.end(), ts.begin(), ts.end());
+  return out;
+}
+
+// Every rank's `bytes` into `all` through the vendor backend's own all_gather: the digest
+// exchange of a wrapped library (ExternalHooks::check_result's `gather`).
+int vendorGather(void* ctx, const uint8_t* mine, uint64_t bytes, uint8_t* all) {
+  auto& vendor = *static_cast<c10d::Backend*>(ctx);
+  try {
+    std::vector<at::Tensor> in{at::empty({int64_t(bytes)}, at::kByte)};
+    memcpy(in[0].data_ptr(), mine, bytes);
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (int r = 0; r < vendor.getSize(); ++r) out[0].push_back(at::empty({int64_t(bytes)}, at::kByte));
+    vendor.allgather(out, in)->wait();
+    for (int r = 0; r < vendor.getSize(); ++r) memcpy(all + size_t(r) * bytes, out[0][size_t(r)].data_ptr(), bytes);
+    return 0;
+  } catch (const std::exception&) {  // the core reports it (register_comm.cpp): no exception crosses the C table
+    return 1;
+  }
+}
+
 }  // namespace
 
 struct InstrumentedBackend::Shape {
@@ -85,9 +109,9 @@ InstrumentedBackend::InstrumentedBackend(c10::intrusive_ptr<c10d::Backend> inner
       name_(std::move(name)),
       deviceOps_(deviceOps) {}
 
-template <typename Call>
+template <typename Call, typename Result>
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::run(OpKind op, const Shape& shape, RedOp redop, int rootOrPeer,
-                                                        Call&& call) {
+                                                        Call&& call, Result&& result) {
   ExternalOp rec;
   rec.op = op;
   rec.dtype = shape.first ? dtypeOf(shape.first->scalar_type()) : DType::kFloat32;
@@ -109,6 +133,9 @@ c10::intrusive_ptr<c10d::Work> InstrumentedBackend::run(OpKind op, const Shape& 
     external_.end(token, true);
     return inner;
   }
+  if constexpr (!std::is_same_v<std::decay_t<Result>, std::nullptr_t>) {
+    if (__builtin_expect(external_.digestDue(token), 0)) checkResult(token, *inner, result());
+  }
   auto work = c10::make_intrusive<InstrumentedWork>(std::move(inner),
                                                     c10::intrusive_ptr<InstrumentedBackend>::reclaim_copy(this), token);
   if (onDevice) {
@@ -121,16 +148,42 @@ c10::intrusive_ptr<c10d::Work> InstrumentedBackend::run(OpKind op, const Shape& 
   return work;
 }
 
+void InstrumentedBackend::checkResult(uint64_t token, c10d::Work& inner, const std::vector<at::Tensor>& result) {
+  if (result.empty()) return;
+  for (const auto& t : result)  // the digest reads host memory: device results are not checked (docs/digests.md)
+    if (!t.is_cpu() || t.layout() != at::kStrided || t.scalar_type() != result[0].scalar_type()) return;
+  try {
+    inner.wait();  // the check needs the result: a sampled op completes here, before the caller sees it
+  } catch (const std::exception& e) {
+    external_.end(token, false, e.what());
+    throw;
+  }
+  // One contiguous run of elements: the tensor itself, or a copy of a list (the test hook's
+  // flip then lands in the copy, which is what is compared).
+  at::Tensor flat = result.size() == 1 && result[0].is_contiguous() ? result[0] : [&] {
+    std::vector<at::Tensor> parts;
+    for (const auto& t : result) parts.push_back(t.contiguous().view(-1));
+    return at::cat(parts);
+  }();
+  std::string msg;
+  int rc = external_.checkResult(token, static_cast<uint8_t*>(flat.data_ptr()), uint64_t(flat.numel()),
+                                 uint32_t(flat.element_size()), vendorGather, &vendor(), &msg);
+  if (rc == 2) {  // ExternalComm::kDigestRaise: the job is told rather than training on
+    external_.end(token, false, msg.c_str());
+    C10_THROW_ERROR(DistBackendError, msg);
+  }
+}
+
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                               const c10d::BroadcastOptions& opts) {
   return run(OpKind::kBroadcast, Shape::of(tensors), RedOp::kSum, int(opts.rootRank),
-             [&] { return vendor().broadcast(tensors, opts); });
+             [&] { return vendor().broadcast(tensors, opts); }, [&] { return tensors; });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                               const c10d::AllreduceOptions& opts) {
   return run(OpKind::kAllReduce, Shape::of(tensors), redopOf(opts.reduceOp), -1,
-             [&] { return vendor().allreduce(tensors, opts); });
+             [&] { return vendor().allreduce(tensors, opts); }, [&] { return tensors; });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allreduce_sparse(std::vector<at::Tensor>& tensors,
@@ -142,7 +195,7 @@ c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allreduce_sparse(std::vector
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                         const c10d::AllreduceCoalescedOptions& opts) {
   return run(OpKind::kAllReduce, Shape::of(tensors), redopOf(opts.reduceOp), -1,
-             [&] { return vendor().allreduce_coalesced(tensors, opts); });
+             [&] { return vendor().allreduce_coalesced(tensors, opts); }, [&] { return tensors; });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::reduce(std::vector<at::Tensor>& tensors,
@@ -155,13 +208,14 @@ c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allgather(std::vector<std::v
                                                               std::vector<at::Tensor>& inputs,
                                                               const c10d::AllgatherOptions& opts) {
   return run(OpKind::kAllGather, Shape::of(inputs, numel(outputs)), RedOp::kSum, -1,
-             [&] { return vendor().allgather(outputs, inputs, opts); });
+             [&] { return vendor().allgather(outputs, inputs, opts); }, [&] { return flatten(outputs); });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                     const c10d::AllgatherOptions& opts) {
   return run(OpKind::kAllGather, Shape::of(input, uint64_t(output.numel())), RedOp::kSum, -1,
-             [&] { return vendor()._allgather_base(output, input, opts); });
+             [&] { return vendor()._allgather_base(output, input, opts); },
+             [&] { return std::vector<at::Tensor>{output}; });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
@@ -174,7 +228,8 @@ c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allgather_coalesced(std::vec
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   return run(OpKind::kAllGather, Shape::of(inputs, numel(outputs)), RedOp::kSum, -1,
-             [&] { return vendor().allgather_into_tensor_coalesced(outputs, inputs, opts); });
+             [&] { return vendor().allgather_into_tensor_coalesced(outputs, inputs, opts); },
+             [&] { return outputs; });
 }
 
 c10::intrusive_ptr<c10d::Work> InstrumentedBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
@@ -97,8 +99,15 @@ class InstrumentedBackend : public c10d::Backend {
 
  private:
   struct Shape;  // what the record says about the op's tensors
-  template <typename Call>
-  c10::intrusive_ptr<c10d::Work> run(OpKind op, const Shape& shape, RedOp redop, int rootOrPeer, Call&& call);
+  // `result`: returns the tensors that must be bit-identical on every rank once the op
+  // completes (all_reduce, broadcast, all_gather's output), for result digests; called only
+  // for a sampled op. nullptr: the op has no such result.
+  template <typename Call, typename Result = std::nullptr_t>
+  c10::intrusive_ptr<c10d::Work> run(OpKind op, const Shape& shape, RedOp redop, int rootOrPeer, Call&& call,
+                                     Result&& result = nullptr);
+  // A sampled op (HETOBS_DIGEST): wait for it, compare its result's digest across ranks through
+  // the vendor's own all_gather, and end it failed and raise on a mismatch (unless the action is "log").
+  void checkResult(uint64_t token, c10d::Work& inner, const std::vector<at::Tensor>& result);
 
   // The vendor backend; an error once shut down (torch allows no op after that).
   c10d::Backend& vendor() const {

@@ -73,8 +73,7 @@ uint64_t plurality(std::vector<uint64_t> v, bool* found) {
 
 // The first element of `count` (of `es` bytes each) at `p` where any rank's copy differs:
 // narrowed by 64 piece digests a round, then the last piece's values compared. Collective.
-int64_t locate(Communicator& c, const uint8_t* p, size_t count, size_t es) {
-  const int n = c.size();
+int64_t locate(int n, const GatherFn& gather, const uint8_t* p, size_t count, size_t es) {
   std::vector<uint64_t> mine(kPieces), all(size_t(n) * kPieces);
   size_t lo = 0, hi = count;
   while (hi - lo > kPieces) {
@@ -82,7 +81,7 @@ int64_t locate(Communicator& c, const uint8_t* p, size_t count, size_t es) {
       Block b = blockOf(hi - lo, int(kPieces), int(i));
       mine[i] = digestBytes(p + (lo + b.offset) * es, b.count * es);
     }
-    ringGather(c, reinterpret_cast<const uint8_t*>(mine.data()), kPieces * 8, reinterpret_cast<uint8_t*>(all.data()));
+    gather(reinterpret_cast<const uint8_t*>(mine.data()), kPieces * 8, reinterpret_cast<uint8_t*>(all.data()));
     size_t found = kPieces;
     for (size_t i = 0; i < kPieces && found == kPieces; ++i)
       if (!columnEqual(all, n, kPieces, i)) found = i;
@@ -95,7 +94,7 @@ int64_t locate(Communicator& c, const uint8_t* p, size_t count, size_t es) {
     mine[i] = 0;
     if (lo + i < hi) memcpy(&mine[i], p + (lo + i) * es, es);  // es <= 8: every dtype fits a word
   }
-  ringGather(c, reinterpret_cast<const uint8_t*>(mine.data()), kPieces * 8, reinterpret_cast<uint8_t*>(all.data()));
+  gather(reinterpret_cast<const uint8_t*>(mine.data()), kPieces * 8, reinterpret_cast<uint8_t*>(all.data()));
   for (size_t i = 0; lo + i < hi; ++i)
     if (!columnEqual(all, n, kPieces, i)) return int64_t(lo + i);
   return -1;
@@ -144,25 +143,23 @@ bool resultOf(const OpArgs& a, uint8_t** data, size_t* count) {
   }
 }
 
-void flipResultBit(const OpArgs& a, uint64_t element, uint32_t bit) {
-  uint8_t* data = nullptr;
-  size_t count = 0;
-  if (!resultOf(a, &data, &count) || element >= count) return;
-  const size_t es = dtypeSize(a.dtype);
+void flipBit(uint8_t* data, size_t count, size_t es, uint64_t element, uint32_t bit) {
+  if (element >= count || es == 0) return;
   bit %= uint32_t(es * 8);
   data[element * es + bit / 8] ^= uint8_t(1u << (bit % 8));
 }
 
-bool compareResults(Communicator& c, const OpArgs& a, DigestVerdict* out) {
+void flipResultBit(const OpArgs& a, uint64_t element, uint32_t bit) {
   uint8_t* data = nullptr;
   size_t count = 0;
-  if (c.size() < 2 || !resultOf(a, &data, &count)) return false;
-  const size_t es = dtypeSize(a.dtype);
-  const int n = c.size();
+  if (resultOf(a, &data, &count)) flipBit(data, count, dtypeSize(a.dtype), element, bit);
+}
+
+bool compareResults(int n, const uint8_t* data, size_t count, size_t es, const GatherFn& gather, uint8_t* all,
+                    DigestVerdict* out) {
+  if (n < 2) return false;
   const uint64_t mine = digestBytes(data, count * es);
-  // The op is done with its scratch: n words of it, allocated once.
-  uint8_t* all = c.scratch(size_t(n) * 8);
-  ringGather(c, reinterpret_cast<const uint8_t*>(&mine), 8, all);
+  gather(reinterpret_cast<const uint8_t*>(&mine), 8, all);
   const uint64_t* d = reinterpret_cast<const uint64_t*>(all);
   bool same = true;
   for (int r = 1; r < n && same; ++r) same = d[r] == d[0];
@@ -175,8 +172,19 @@ bool compareResults(Communicator& c, const OpArgs& a, DigestVerdict* out) {
   out->differing.clear();
   for (int r = 0; r < n; ++r)
     if (!found || digests[size_t(r)] != ref) out->differing.push_back(r);
-  out->element = locate(c, data, count, es);
+  out->element = locate(n, gather, data, count, es);
   return true;
+}
+
+bool compareResults(Communicator& c, const OpArgs& a, DigestVerdict* out) {
+  uint8_t* data = nullptr;
+  size_t count = 0;
+  if (c.size() < 2 || !resultOf(a, &data, &count)) return false;
+  // The op is done with its scratch: n words of it, allocated once.
+  uint8_t* all = c.scratch(size_t(c.size()) * 8);
+  // A lambda of one pointer fits std::function's inline buffer: no allocation per check.
+  auto ring = [&c](const uint8_t* mine, size_t bytes, uint8_t* to) { ringGather(c, mine, bytes, to); };
+  return compareResults(c.size(), data, count, dtypeSize(a.dtype), ring, all, out);
 }
 
 }  // namespace hetobs

@@ -6,6 +6,7 @@
 #include "hetobs/collectives/digest.h"
 #include "hetobs/common/env_config.h"
 #include "hetobs/comm/endpoint.h"
+#include "hetobs/observe/data_mismatch.h"
 #include "hetobs/observe/runtime.h"
 #include "hetobs/observe/state_json.h"
 #include "hetobs/record/arrival.h"
@@ -389,39 +390,14 @@ void Communicator::noteDigest(bool mismatch) {
 }
 
 std::string Communicator::reportDataMismatch(const DigestVerdict& v, std::vector<int>* worldRanksOut) {
-  std::vector<int>& ranks = *worldRanksOut;
-  std::string list;
-  for (int r : v.differing) {
-    ranks.push_back(worldRanks()[size_t(r)]);
-    list += (list.empty() ? "" : ", ") + std::to_string(ranks.back());
-  }
-  const int me = worldRanks()[size_t(rank_)];
-  std::string where = v.element >= 0 ? strFormat("first differing element %lld", (long long)v.element)
-                                     : std::string("differing element not found");
-  std::string msg =
-      v.majority
-          ? strFormat("data mismatch in %s on comm %llu: the result of %s %s differs from the other ranks' (%s; "
-                      "this rank: %d)", desc_.str().c_str(), (unsigned long long)id_,
-                      ranks.size() > 1 ? "ranks" : "rank", list.c_str(), where.c_str(), me)
-          : strFormat("data mismatch in %s on comm %llu: the ranks' results differ with no majority (ranks %s; %s; "
-                      "this rank: %d)", desc_.str().c_str(), (unsigned long long)id_, list.c_str(), where.c_str(), me);
-  HETOBS_WARN("%s", msg.c_str());
-  if (Runtime* rt = Runtime::get()) {
-    // Every rank found the same difference at once: each writes its own dump of one incident.
-    DumpRequest req;
-    req.incident = strFormat("data-mismatch-c%llu-s%llu", (unsigned long long)id_, (unsigned long long)desc_.seq);
-    req.reason = "data_mismatch";
-    req.cause = msg;
-    req.cause_info.kind = "data_mismatch";
-    if (v.majority) req.cause_info.culprits = ranks;
-    req.cause_info.reporter = me;
-    req.cause_info.op = opName(desc_.op);
-    req.cause_info.seq = int64_t(desc_.seq);
-    req.cause_info.comm = int64_t(id_ & ((1ull << 53) - 1));
-    req.cause_info.element = v.element;
-    rt->dump(req);
-  }
-  return msg;
+  MismatchSite site;
+  site.comm_id = id_;
+  site.world = &worldRanks();
+  site.rank = rank_;
+  site.op = desc_.op;
+  site.seq = desc_.seq;
+  site.what = desc_.str();
+  return hetobs::reportDataMismatch(v, site, worldRanksOut);
 }
 
 void Communicator::judgeArrival(const OpArgs& a, ArrivalInfo* out) const {

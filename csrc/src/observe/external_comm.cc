@@ -4,8 +4,10 @@
 #include <cstring>
 
 #include "hetobs/common/clock.h"
+#include "hetobs/common/env_config.h"
 #include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
+#include "hetobs/observe/data_mismatch.h"
 #include "hetobs/observe/runtime.h"
 #include "hetobs/observe/state_json.h"
 #include "hetobs/stats/op_stats.h"
@@ -174,6 +176,43 @@ void ExternalComm::end(uint64_t token, bool ok, const char* error, int64_t start
       __atomic_store_n(&cstats_->inflight_record, uint64_t(0), __ATOMIC_RELEASE);
   }
   if (Runtime* rt = Runtime::get()) rt->noteProgressAt(now);
+}
+
+bool ExternalComm::digestDue(uint64_t token) const {
+  const DigestSettings& ds = digestSettings();
+  if (__builtin_expect(!ds.on && ds.flip_seq < 0, 1) || token == 0 || size() < 2) return false;
+  OpRecord r{};
+  if (!Recorder::instance().get((token & ~(1ull << 63)) - 1, &r) || isP2P(OpKind(r.op))) return false;
+  return int64_t(r.coll_seq) == ds.flip_seq || (ds.on && ds.every && r.coll_seq % ds.every == 0);
+}
+
+int ExternalComm::checkResult(uint64_t token, uint8_t* data, size_t count, size_t es, const GatherFn& gather,
+                              std::string* msg) {
+  const DigestSettings& ds = digestSettings();
+  OpRecord r{};
+  if (token == 0 || !Recorder::instance().get((token & ~(1ull << 63)) - 1, &r)) return kDigestSame;
+  if (int64_t(r.coll_seq) == ds.flip_seq) flipBit(data, count, es, ds.flip_element, ds.flip_bit);  // test only
+  if (!ds.on || !ds.every || r.coll_seq % ds.every != 0) return kDigestSame;
+  std::vector<uint8_t> scratch(global_.size() * 8);
+  DigestVerdict v;
+  const bool differs = compareResults(size(), data, count, es, gather, scratch.data(), &v);
+  const bool mine = differs && std::find(v.differing.begin(), v.differing.end(), rank_) != v.differing.end();
+  if (cstats_) {
+    add(&cstats_->digests_checked, 1);
+    if (mine) add(&cstats_->data_mismatches, 1);
+  }
+  if (!differs) return kDigestSame;
+  MismatchSite site;
+  site.comm_id = id_;
+  site.world = &global_;
+  site.rank = rank_;
+  site.op = OpKind(r.op);
+  site.seq = r.coll_seq;
+  site.what = strFormat("%s seq %llu count %llu", opName(site.op), (unsigned long long)r.coll_seq,
+                        (unsigned long long)r.count);
+  std::vector<int> ranks;
+  *msg = reportDataMismatch(v, site, &ranks);
+  return ds.raise ? kDigestRaise : kDigestLogged;
 }
 
 bool ExternalComm::inFlight(InFlight* out) const {

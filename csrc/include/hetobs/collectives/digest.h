@@ -18,6 +18,7 @@
 // result and the last hop into it are what this catches.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "hetobs/comm/communicator.h"
@@ -38,12 +39,25 @@ struct DigestVerdict {
   int64_t element = -1;        // the first element index where a rank differs (-1: not found)
 };
 
-// Compare this rank's result of the op that just ran on `c` with every rank's. Collective
-// over c's ring neighbours (frames carry the op's own description). Returns true on a
+// Every rank's `bytes` at `all + rank * bytes` (this rank's own included), by whatever carries
+// the op: the native ring (below), or a wrapped vendor library's own all_gather
+// (hetobs._torch_ext, through ExternalHooks::check_result). Throws on a failed exchange.
+using GatherFn = std::function<void(const uint8_t* mine, size_t bytes, uint8_t* all)>;
+
+// Compare this rank's `count` elements of `es` bytes at `data` with every rank's (n ranks),
+// exchanging through `gather`; `scratch`: n * 8 bytes. Collective. Returns true on a
 // difference, with *out filled on every rank alike.
+bool compareResults(int n, const uint8_t* data, size_t count, size_t es, const GatherFn& gather, uint8_t* scratch,
+                    DigestVerdict* out);
+
+// Compare this rank's result of the op that just ran on `c` with every rank's. Collective
+// over c's ring neighbours (frames carry the op's own description).
 bool compareResults(Communicator& c, const OpArgs& a, DigestVerdict* out);
 
-// HETOBS_TEST_FLIP_BIT: flip the configured bit of this rank's result (test only).
+// HETOBS_TEST_FLIP_BIT: flip bit `bit` of element `element` (of `count`, `es` bytes each) at
+// `data`; nothing past the end (test only).
+void flipBit(uint8_t* data, size_t count, size_t es, uint64_t element, uint32_t bit);
+// The same on the result of `a`.
 void flipResultBit(const OpArgs& a, uint64_t element, uint32_t bit);
 
 }  // namespace hetobs

@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "hetobs/collectives/digest.h"
 #include "hetobs/common/wire.h"
 #include "hetobs/observe/external_hooks.h"
 #include "hetobs/observe/observed.h"
@@ -48,6 +49,16 @@ class ExternalComm : public Observed, public std::enable_shared_from_this<Extern
   // The in-flight op `token` is now in `phase`: two relaxed stores, no lock; ignored for an
   // unknown or unwatched token.
   void setPhase(uint64_t token, IslandPhase phase);
+  // Result digests of a wrapped library's ops (HETOBS_DIGEST, docs/digests.md): whether the
+  // collective `token` is to be checked (or, test only, has a bit flipped) once it completes.
+  // One branch when digests are off.
+  bool digestDue(uint64_t token) const;
+  // Flip the test hook's bit in `data` if armed for this op, then compare the result's digest
+  // with every rank's through `gather` (the library's own all_gather) when the op is sampled,
+  // count it and, on a difference, report it (data_mismatch.h). Returns kDigestSame,
+  // kDigestLogged or kDigestRaise, *msg set for the two last. Throws what `gather` throws.
+  static constexpr int kDigestSame = 0, kDigestLogged = 1, kDigestRaise = 2;
+  int checkResult(uint64_t token, uint8_t* data, size_t count, size_t es, const GatherFn& gather, std::string* msg);
   // World ranks of the members, once known (sub-communicators of an interposed library).
   void setGlobalRanks(std::vector<int> ranks);
 

@@ -21,7 +21,7 @@ struct ExternalOp {
 };
 
 // Bump when a field or a signature below changes; the extension refuses another version.
-constexpr uint32_t kExternalHooksAbi = 1;
+constexpr uint32_t kExternalHooksAbi = 2;
 // Name of the PyCapsule that ExternalComm._hooks() returns (pointer: ExternalHandle).
 constexpr const char* kExternalHooksCapsule = "hetobs.external_hooks";
 
@@ -32,6 +32,16 @@ struct ExternalHooks {
   void (*end)(void* comm, uint64_t token, bool ok, const char* error);
   void* (*retain)(void* comm);
   void (*release)(void* comm);
+  // Result digests of the library's collectives (HETOBS_DIGEST, ExternalComm::digestDue and
+  // checkResult). digest_due: whether op `token` is checked once complete (false at once
+  // when digests are off). check_result: `count` elements of `es` bytes at `data`, compared
+  // across ranks through `gather` (every rank's `bytes` at all + rank * bytes; returns 0, or
+  // nonzero when the library's exchange failed). Returns ExternalComm::kDigest*, or -1 when
+  // the check itself failed; `msg` (NUL-terminated, cut to msg_cap) says what to tell the job.
+  bool (*digest_due)(void* comm, uint64_t token);
+  int (*check_result)(void* comm, uint64_t token, uint8_t* data, uint64_t count, uint32_t es,
+                      int (*gather)(void* ctx, const uint8_t* mine, uint64_t bytes, uint8_t* all), void* ctx,
+                      char* msg, uint64_t msg_cap);
 };
 
 // What the capsule points at: the table and one reference, valid while the capsule lives.
