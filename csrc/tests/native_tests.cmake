@@ -2,7 +2,7 @@
 # wrap, communicator close against dumps, handshakes proven before their answer and closed
 # communicators said to redials, reconnect probes of a dying peer, shm single copy between
 # processes, the doorbell's wake-ups, shm mail slots and push, a failed relay draining both copy
-# directions, the TSC clock), meant to run under the sanitizers
+# directions, the TSC clock, the op-mismatch vote and the wait policy), meant to run under the sanitizers
 # (scripts/sanitize.sh builds it with HETOBS_SANITIZE=thread and =address).
 add_executable(hetobs_native_tests
   ${CMAKE_CURRENT_LIST_DIR}/main.cc
@@ -18,6 +18,7 @@ add_executable(hetobs_native_tests
   ${CMAKE_CURRENT_LIST_DIR}/shm_mail_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/shm_push_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/relay_drain_test.cc
-  ${CMAKE_CURRENT_LIST_DIR}/clock_test.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/clock_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/mismatch_vote_test.cc)
 target_link_libraries(hetobs_native_tests PRIVATE hetobs_core)
 target_compile_options(hetobs_native_tests PRIVATE -Wall -Wextra)

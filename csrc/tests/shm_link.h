@@ -1,4 +1,5 @@
 #pragma once
+#include <sched.h>
 // Two ranks' shared-memory channels in one process, over two real segments, for the native
 // tests of the shared-memory transport (shm_mail_test.cc, shm_push_test.cc).
 #include <sys/socket.h>
@@ -9,6 +10,7 @@
 
 #include "hetobs/transport/shm/channel.h"
 #include "hetobs/transport/shm/segment.h"
+#include "hetobs/common/clock.h"
 #include "native_test.h"
 
 namespace shm_link {
@@ -57,6 +59,17 @@ inline OpDesc descOf(uint64_t seq, uint64_t count) {
 }
 
 // mayPush / pushAll / alsoCopyTo as SendItem's; returns the item's alsoCopied.
+// How long a step may wait for the other thread: by time, not by a count of polls (a count
+// is a few milliseconds in an optimised build, less than one descheduling on a loaded machine),
+// yielding between polls so the peer thread gets the core on two cores.
+struct Patience {
+  int64_t until = hetobs::systemMonoNs() + 30'000'000'000;
+  bool more() {
+    sched_yield();
+    return hetobs::systemMonoNs() < until;
+  }
+};
+
 inline size_t sendAll(ShmChannel& ch, const void* data, size_t len, const OpDesc& d, bool mayPush = false,
                       bool pushAll = false, uint8_t* alsoCopyTo = nullptr) {
   SendItem s;
@@ -66,7 +79,7 @@ inline size_t sendAll(ShmChannel& ch, const void* data, size_t len, const OpDesc
   s.peer = 1;
   s.data = static_cast<const uint8_t*>(data);
   s.len = len;
-  for (int spins = 0; !ch.progressSend(s, d); ++spins) CHECK(spins < 1000000, "a send never finished");
+  for (Patience p; !ch.progressSend(s, d);) CHECK(p.more(), "a send never finished");
   return s.alsoCopied;
 }
 
@@ -80,7 +93,7 @@ inline void recvAll(ShmChannel& ch, void* dst, size_t len, const OpDesc& d, cons
     r.local = reinterpret_cast<const uint8_t*>(local);
     r.dtype = hetobs::DType::kFloat32;
   }
-  for (int spins = 0; !ch.progressRecv(r, d); ++spins) CHECK(spins < 1000000, "a receive never finished");
+  for (Patience p; !ch.progressRecv(r, d);) CHECK(p.more(), "a receive never finished");
 }
 
 }  // namespace shm_link

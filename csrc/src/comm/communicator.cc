@@ -7,6 +7,7 @@
 #include "hetobs/common/env_config.h"
 #include "hetobs/comm/endpoint.h"
 #include "hetobs/observe/data_mismatch.h"
+#include "hetobs/observe/op_scope.h"
 #include "hetobs/observe/runtime.h"
 #include "hetobs/observe/state_json.h"
 #include "hetobs/record/arrival.h"
@@ -58,11 +59,12 @@ size_t Communicator::smallBytes() const { return endpoint_->config().small_bytes
 
 void Communicator::connect() {
   buildChannels();
-  openEpoll();
+  epoll_.open(channels_.size());
   allConnected_ = std::count_if(channels_.begin(), channels_.end(), [](const auto& ch) { return ch != nullptr; }) ==
                   size() - 1;
   Runtime* rt = Runtime::get();
   cstats_ = Runtime::commStats(&ownStats_, id_, size(), rank_);
+  scope_.bind(cstats_, OpScope::Writers::kOne);
   for (auto& ch : channels_)
     if (ch) {
       ch->bindStats(rt ? rt->stats().allocLink() : nullptr, id_);
@@ -71,47 +73,22 @@ void Communicator::connect() {
   if (rt) rt->registerComm(shared_from_this());
 }
 
-void Communicator::statsBegin(uint64_t rid, const OpDesc& d, int64_t startMono) {
-  inflightStart_.store(startMono, std::memory_order_relaxed);
-  inflightRecord_.store(rid + 1, std::memory_order_release);
-  stats::CommStats* c = cstats_;
-  uint64_t v = __atomic_load_n(&c->version, __ATOMIC_RELAXED);
-  __atomic_store_n(&c->version, v + 1, __ATOMIC_RELAXED);
-  std::atomic_thread_fence(std::memory_order_release);
-  if (isP2P(d.op)) c->p2p_seq = p2pSeq_;
-  else c->coll_seq = d.seq;
-  c->inflight_record = rid + 1;
-  c->inflight_start_ns = monoToWallNs(startMono);
-  c->inflight_op = uint32_t(d.op);
-  __atomic_store_n(&c->version, v + 2, __ATOMIC_RELEASE);
-}
-
 void Communicator::statsEnd(const OpDesc& d, uint64_t bytes, int64_t startMono, int64_t endMono, bool ok,
                             const ArrivalInfo* arrival) {
-  int64_t durNs = endMono - startMono;
   inflightRecord_.store(0, std::memory_order_release);
-  stats::CommStats* c = cstats_;
-  uint64_t v = __atomic_load_n(&c->version, __ATOMIC_RELAXED);
-  __atomic_store_n(&c->version, v + 1, __ATOMIC_RELAXED);
-  std::atomic_thread_fence(std::memory_order_release);
-  // A slot per op kind (layout version 3 added relay); an out-of-range kind is never counted.
-  if (uint8_t(d.op) < stats::kOpKinds)
-    stats::noteOpEnd(c->ops[uint8_t(d.op)], bytes, durNs, ok, busBwFactor(uint8_t(d.op), size()),
-                     [](uint64_t& counter, uint64_t n) { counter += n; });  // we hold the seqlock
-  if (!ok) c->failed = 1;
-  if (arrival && (arrival->flags & kArrivalJudged)) {
-    ++c->arrivals_judged;
-    c->last_arrival_rank = arrival->last_rank;
-    c->last_arrival_lag_ns = arrival->lag_ns;
-    if (arrival->last_rank == worldRanks()[size_t(rank_)]) {  // each op counted once job-wide: by its last rank
-      ++c->last_arrivals;
-      c->arrival_lag_total_ns += uint64_t(arrival->lag_ns);
-      ++c->arrival_lag[stats::log2Bucket(uint64_t(arrival->lag_ns) / 1000, stats::kLagBuckets)];
-    }
-  }
-  c->inflight_record = 0;
-  __atomic_store_n(&c->version, v + 2, __ATOMIC_RELEASE);
-  if (Runtime* rt = Runtime::get()) rt->noteProgressAt(endMono);
+  const int me = worldRanks()[size_t(rank_)];
+  scope_.ended(uint8_t(d.op), bytes, endMono - startMono, endMono, ok, busBwFactor(uint8_t(d.op), size()), true,
+               [&](stats::CommStats& c, auto add, auto set) {
+                 if (!arrival || !(arrival->flags & kArrivalJudged)) return;
+                 add(c.arrivals_judged, 1);
+                 set(c.last_arrival_rank, arrival->last_rank);
+                 set(c.last_arrival_lag_ns, arrival->lag_ns);
+                 if (arrival->last_rank == me) {  // each op counted once job-wide: by its last rank
+                   add(c.last_arrivals, 1);
+                   add(c.arrival_lag_total_ns, uint64_t(arrival->lag_ns));
+                   add(c.arrival_lag[stats::log2Bucket(uint64_t(arrival->lag_ns) / 1000, stats::kLagBuckets)], 1);
+                 }
+               });
 }
 
 bool Communicator::inFlight(InFlight* out) const {
@@ -155,7 +132,7 @@ void Communicator::reportFailure(const std::string& msg, uint64_t seq) {
   req.cause = msg;
   req.cause_info = causeInfo(seq);
   req.ask_peers = true;
-  if (gonePeer_ >= 0) req.known_gone.push_back(global_[size_t(gonePeer_)]);
+  if (failure_.gonePeer >= 0) req.known_gone.push_back(global_[size_t(failure_.gonePeer)]);
   rt->dump(req);
 }
 
@@ -181,9 +158,9 @@ std::string Communicator::opContext() const {
 
 std::shared_ptr<Work> Communicator::submit(const OpArgs& args, bool async) {
   if (closed_.load()) throw Error(strFormat("communicator %llu is closed", (unsigned long long)id_));
-  if (failed_.load())
+  if (failure_.failed.load())
     throw AbortedError(strFormat("communicator %llu is unusable after an earlier failure: %s",
-                                 (unsigned long long)id_, cause_.c_str()));
+                                 (unsigned long long)id_, failure_.cause.c_str()));
   // A blocking op starts as it is enqueued: one clock read for both (~30 ns each here).
   auto runHere = [&] {
     std::lock_guard<std::mutex> ex(execMu_);
@@ -226,9 +203,9 @@ void Communicator::workerLoop() {
     std::exception_ptr err;
     try {
       std::lock_guard<std::mutex> ex(execMu_);
-      if (failed_.load())
+      if (failure_.failed.load())
         throw AbortedError(strFormat("communicator %llu is unusable after an earlier failure: %s",
-                                     (unsigned long long)id_, cause_.c_str()));
+                                     (unsigned long long)id_, failure_.cause.c_str()));
       execute(task.args, task.enqueue_ns, monoNs(), task.entry_sys_ns);
     } catch (...) {
       err = std::current_exception();
@@ -313,12 +290,13 @@ void Communicator::execute(const OpArgs& a, int64_t enqueueNs, int64_t start, in
   entryUs_ = arrivals ? uint64_t((entrySysNs + wallMinusSysMonoNs_) / 1000) : 0;
   arrival_ = arrivals ? arrival::make(rank_, entryUs_, 0) : 0;
   Recorder& recorder = Recorder::instance();
-  uint64_t rid = recorder.begin(rec);
+  uint64_t rid = scope_.begin(rec);
   DigestVerdict digest;
   bool corrupt = false;
   for (auto& ch : channels_)
     if (ch) ch->progress().reset();
-  statsBegin(rid, d, start);
+  inflightStart_.store(start, std::memory_order_relaxed);  // the watchdog's view (inFlight): after the reset
+  inflightRecord_.store(rid + 1, std::memory_order_release);
   opStartNs_ = start;
   deadlineNs_ = deadlineAfter(start, timeout);
   try {
@@ -333,7 +311,7 @@ void Communicator::execute(const OpArgs& a, int64_t enqueueNs, int64_t start, in
       }
     }
     // A peer announced a mismatch at this seq while the op before it still ran here.
-    if (!deferredMismatch_.empty()) throw deferredMismatch_.front();
+    if (!failure_.deferredMismatch.empty()) throw failure_.deferredMismatch.front();
     runCollective(*this, a);
     if (__builtin_expect(digestOn_ || flipArmed_, 0) && !p2p) corrupt = checkResult(a, &digest);
   } catch (...) {
@@ -380,13 +358,10 @@ bool Communicator::checkResult(const OpArgs& a, DigestVerdict* out) {
 }
 
 void Communicator::noteDigest(bool mismatch) {
-  stats::CommStats* c = cstats_;
-  uint64_t v = __atomic_load_n(&c->version, __ATOMIC_RELAXED);
-  __atomic_store_n(&c->version, v + 1, __ATOMIC_RELAXED);
-  std::atomic_thread_fence(std::memory_order_release);
-  ++c->digests_checked;
-  if (mismatch) ++c->data_mismatches;
-  __atomic_store_n(&c->version, v + 2, __ATOMIC_RELEASE);
+  scope_.update([&](stats::CommStats& c, auto add, auto) {
+    add(c.digests_checked, 1);
+    if (mismatch) add(c.data_mismatches, 1);
+  });
 }
 
 std::string Communicator::reportDataMismatch(const DigestVerdict& v, std::vector<int>* worldRanksOut) {
@@ -523,7 +498,7 @@ void Communicator::close() {
   }
   relay.reset();  // joins the copy threads, which ring the segment's doorbell
   channels.clear();
-  closeEpoll();
+  epoll_.close();
   segment.reset();
 }
 

@@ -79,8 +79,8 @@ void Communicator::connectPeers(const std::vector<int>& want, std::vector<int>& 
     if (p < rank_) continue;
     int fd = endpoint_->listener().take(id_, p, deadline);
     if (fd < 0 && inOp) {  // on demand: the peer has not reached the op within its timeout
-      waitedPeer_ = p;
-      timedOutOn_.assign(1, p);
+      failure_.waitedPeer = p;
+      failure_.timedOutOn.assign(1, p);
       throw TimeoutError(strFormat("timed out after %.2f s waiting for %s to connect (it has not reached this op)",
                                    double(monoNs() - opStartNs_) / 1e9, peerInfo_[size_t(p)].describe().c_str()));
     }

@@ -1,11 +1,6 @@
-// The progress loop every algorithm runs on, and what happens when it fails.
-//
-// Waiting: spin briefly (a peer on the same host usually answers within
-// microseconds), then yield (ranks may outnumber cores), then sleep: on the
-// shared-memory doorbell (a futex) or on the sockets (an epoll set: no fd ceiling). Sleeps
-// are bounded so the loop still notices deadlines, abort words and dead peers. When the
-// host's members outnumber our CPUs the spin is skipped: the peer we wait for is likely
-// waiting for our core, and sched_yield hands it over where PAUSE would burn it.
+// The progress loop every algorithm runs on, and what happens when it fails. How a wait
+// spins, yields and sleeps is the WaitPolicy's (wait_policy.h); the sockets' epoll set is
+// the EpollSet's (epoll_set.h); what a failure leaves is the FailureState's.
 #include <poll.h>
 #include <sched.h>
 #include <sys/epoll.h>
@@ -29,24 +24,7 @@
 namespace hetobs {
 namespace {
 
-constexpr int64_t kSpinNs = 20000;        // busy-poll this long after the last progress
-constexpr int64_t kMinSpinNs = 1000;      // the shortest the spin adapts down to (adaptSpin)
-constexpr int64_t kYieldNs = 200000;      // then yield the core this long
-constexpr int64_t kTcpSpinNs = 5000;      // links all TCP: spin this long, then poll()
-constexpr int64_t kSleepNs = 20000000;    // then sleep at most this long per wait
 constexpr int64_t kControlNs = 20000000;  // poll every channel's control traffic this often
-constexpr int64_t kLongSleepNs = 100000000;  // the longest sleep of a wait that has lasted a while
-// PAUSEs between two polls of a spinning wait. One PAUSE is ~140 cycles on Skylake and later
-// (42 ns measured here), ~10 on older cores: 32 of them made each poll ~1.35 us apart, about
-// the whole of an 8 B all_reduce at 2 ranks, so data arriving just after a poll waited that long.
-constexpr int kPausesPerPoll = 1;
-
-// How long a wait with nothing moving may sleep: kSleepNs at first, growing with the wait
-// to kLongSleepNs after a second. What matters (data, acks, aborts, EOF) wakes the wait at
-// once; the timer only bounds how soon the watchdog's abort request and a peer's redial
-// (reconnect.cc) are picked up. At 1,024 ranks waiting on one stopped rank, 50 wake-ups a
-// second each kept both cores busy, and the job-wide dump crawled (docs/PERF.md, "Scale").
-int64_t idleSleepNs(int64_t idle) { return std::clamp<int64_t>(idle / 10, kSleepNs, kLongSleepNs); }
 constexpr int64_t kResolveNs = 1000000000;  // how long to collect peers' ops after a mismatch
 
 // Items to one peer in one direction complete in order: an item waits for earlier ones.
@@ -76,41 +54,15 @@ bool driveItems(Item* items, size_t n, bool* all, Progress progress) {
   return moved;
 }
 
-// CPUs the same-host ranks share: this process's affinity mask (taskset, cgroup cpusets),
-// unless it holds a single CPU: a launcher that binds each rank to a core of its own
-// (Open MPI, `taskset -c r`) leaves one CPU per rank, which says nothing of how many the
-// ranks have together, so the host's online count stands in.
-int sharedCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int mask = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
-  if (mask > 1) return mask;
-  long online = sysconf(_SC_NPROCESSORS_ONLN);
-  return online > 0 ? int(online) : 1;
-}
-
 }  // namespace
 
 bool Communicator::oversubscribed() {
-  int known = oversubscribed_.load(std::memory_order_relaxed);
-  if (known < 0) {
+  return wait_.oversubscribed([this] {
     int local = 1;  // us, and every member reached over shared memory (same host)
     for (const auto& ch : channels_)
       if (ch && ch->isShm()) ++local;
-    known = local > sharedCpus() ? 1 : 0;
-    oversubscribed_.store(known, std::memory_order_relaxed);
-  }
-  return known == 1;
-}
-
-// A wait that spun out (the peer did not answer within the spin) halves the next wait's
-// spin, down to kMinSpinNs; one that ended while spinning doubles it back, up to kSpinNs. A
-// peer that shares our core (ranks are not bound; a loaded host) cannot answer while we
-// spin: each op then cost a whole spin (~20 us) before the yield let the peer run. 8 B
-// all_reduce at 2 native ranks, load average 6.3 on 2 cores: 3.2-6.5 us, 11-59 us before.
-void Communicator::adaptSpin(bool spun, bool spunOut) {
-  if (spunOut) spinNs_ = std::max(kMinSpinNs, spinNs_ / 2);
-  else if (spun) spinNs_ = std::min(kSpinNs, spinNs_ * 2);
+    return local;
+  });
 }
 
 OpDesc Communicator::descFor(int peer) const {
@@ -154,23 +106,21 @@ void Communicator::exchange(SendItem* sends, size_t ns, RecvItem* recvs, size_t 
     if (now >= deadlineNs_) timeoutError(sends, ns, recvs, nr);
     throwIfAbortRequested();
     int64_t idle = now - lastMove;
-    // Over TCP the kernel moves the bytes: sleeping in poll() at once leaves it the core.
-    int64_t spin = !anyShm_ ? kTcpSpinNs : oversubscribed() ? 0 : spinNs_;
-    int64_t yield = anyShm_ ? kYieldNs : 0;
-    if (idle < spin) {
-      for (int i = 0; i < kPausesPerPoll; ++i) HETOBS_PAUSE();
+    WaitPolicy::Step step = wait_.next(idle, anyShm_, anyShm_ && oversubscribed());
+    if (step == WaitPolicy::Step::kSpin) {
+      for (int i = 0; i < WaitPolicy::kPausesPerPoll; ++i) HETOBS_PAUSE();
       spun = true;
-    } else if (idle < spin + yield) {
+    } else if (step == WaitPolicy::Step::kYield) {
       sched_yield();
       spunOut = true;
     } else {
-      waitForEvents(sends, ns, recvs, nr, bellSeen, std::min(idleSleepNs(idle), deadlineNs_ - now));
+      waitForEvents(sends, ns, recvs, nr, bellSeen, std::min(WaitPolicy::idleSleepNs(idle), deadlineNs_ - now));
       spunOut = true;
     }
   } catch (const RemoteAbort& a) {
     if (!deferLaterMismatch(a)) throw;
   }
-  adaptSpin(spun, spunOut);
+  wait_.adapt(spun, spunOut);
   int64_t took = monoNs() - start;
   for (size_t i = 0; i < ns; ++i) {
     auto& k = channels_[size_t(sends[i].peer)]->counters();
@@ -231,15 +181,12 @@ void Communicator::exchangeFed(ExchangeFeed& feed) {
     }
     throwIfAbortRequested();
     int64_t idle = now - lastMove;
-    // With copies in flight the copy threads need the cores: sleep at once (their
-    // completions and the peer's frames ring the doorbell) instead of spinning them away.
     bool copying = feed.copying();
-    int64_t spin = copying ? 0 : !anyShm_ ? kTcpSpinNs : oversubscribed() ? 0 : kSpinNs;
-    int64_t yield = copying || !anyShm_ ? 0 : kYieldNs;
-    int64_t sleepNs = std::min(idleSleepNs(idle), deadlineNs_ - now);
-    if (idle < spin) {
-      for (int i = 0; i < kPausesPerPoll; ++i) HETOBS_PAUSE();
-    } else if (idle < spin + yield) {
+    WaitPolicy::Step step = WaitPolicy::nextFed(idle, anyShm_, !copying && anyShm_ && oversubscribed(), copying);
+    int64_t sleepNs = std::min(WaitPolicy::idleSleepNs(idle), deadlineNs_ - now);
+    if (step == WaitPolicy::Step::kSpin) {
+      for (int i = 0; i < WaitPolicy::kPausesPerPoll; ++i) HETOBS_PAUSE();
+    } else if (step == WaitPolicy::Step::kYield) {
       sched_yield();
     } else if (ns + nr == 0) {
       feed.waitCopies(copySeen, sleepNs);  // only copies pending: their completion wakes us
@@ -271,24 +218,16 @@ void Communicator::waitForEvents(SendItem* sends, size_t ns, RecvItem* recvs, si
       if (sendPending && !ch->isShm() && !ch->sendWaitsForAck()) ev |= EPOLLOUT;
       if (sendPending && ch->sendWaitsForAck()) ev |= EPOLLIN;
     }
-    pollWanted_[p] = (recvPending || sendPending) && !ch->isShm();
-    watchChannel(p, ev);
+    epoll_.setWanted(p, (recvPending || sendPending) && !ch->isShm());
+    epoll_.watch(p, ch->pollFd(), ev);
   }
   if (tcpPending || !shmPending) {
-    // ppoll on the epoll fd: sub-millisecond bounds (the relay wakes every 100 us to hand
-    // on finished copies), with no limit on how many channels are watched.
-    int64_t ns = shmPending ? 0 : std::max<int64_t>(1000, sleepNs);
-    timespec ts{time_t(ns / 1000000000LL), long(ns % 1000000000LL)};
-    pollfd ep{epollFd_, POLLIN, 0};
-    int rc = epollFd_ >= 0 ? ppoll(&ep, 1, &ts, nullptr) : ppoll(nullptr, 0, &ts, nullptr);
+    int got = epoll_.wait(shmPending ? 0 : std::max<int64_t>(1000, sleepNs));
     // Readable links the op is not using carry control traffic (acks, aborts, EOF):
     // drain it now, or the wait would keep returning at once and burn the core.
-    if (rc > 0) {
-      int got = epoll_wait(epollFd_, epollEvents_.data(), int(epollEvents_.size()), 0);
-      for (int i = 0; i < got; ++i) {
-        size_t p = epollEvents_[size_t(i)].data.u32;
-        if (!pollWanted_[p]) channels_[p]->pollControl();
-      }
+    for (int i = 0; i < got; ++i) {
+      size_t p = epoll_.readySlot(i);
+      if (!epoll_.wanted(p)) channels_[p]->pollControl();
     }
   }
   if (shmPending && segment_) {
@@ -306,45 +245,6 @@ void Communicator::waitForEvents(SendItem* sends, size_t ns, RecvItem* recvs, si
     };
     segment_->header()->bell.waitUnless(bellSeen, tcpPending ? 100000 : sleepNs, moved);
   }
-}
-
-// The epoll set follows each channel's interest; a syscall only when it changes.
-void Communicator::watchChannel(size_t p, uint32_t events) {
-  uint32_t& now = pollMask_[p];
-  int fd = channels_[p]->pollFd();
-  if (fd != pollFdWatched_[p] && now != 0) {  // the channel's socket was replaced (a reconnect)
-    epoll_ctl(epollFd_, EPOLL_CTL_DEL, pollFdWatched_[p], nullptr);  // gone already if it was closed
-    now = 0;
-  }
-  if (events == now || epollFd_ < 0) return;
-  epoll_event e{};
-  e.events = events;
-  e.data.u32 = uint32_t(p);
-  // No interest: out of the set, since epoll reports hang-ups even for an empty mask.
-  if (events == 0) {
-    epoll_ctl(epollFd_, EPOLL_CTL_DEL, fd, nullptr);  // fails only if it is out of the set already
-    now = 0;
-    return;
-  }
-  int rc = epoll_ctl(epollFd_, now == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &e);
-  if (rc == 0) {
-    now = events;
-    pollFdWatched_[p] = fd;
-  }
-}
-
-void Communicator::openEpoll() {
-  pollMask_.assign(channels_.size(), 0);
-  pollWanted_.assign(channels_.size(), 0);
-  pollFdWatched_.assign(channels_.size(), -1);
-  epollEvents_.assign(std::max<size_t>(1, std::min<size_t>(channels_.size(), 1024)), epoll_event{});
-  epollFd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (epollFd_ < 0) throw Error("epoll_create1: " + errnoString(errno));
-}
-
-void Communicator::closeEpoll() {
-  if (epollFd_ >= 0) ::close(epollFd_);
-  epollFd_ = -1;
 }
 
 void Communicator::pollAllControl() {
@@ -369,12 +269,12 @@ void Communicator::pollAllControl() {
 
 void Communicator::timeoutError(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr) {
   std::string waiting;
-  waitedPeer_ = -1;
-  timedOutOn_.clear();
+  failure_.waitedPeer = -1;
+  failure_.timedOutOn.clear();
   int64_t now = monoNs();
   auto add = [&](int peer, const char* what, size_t got, size_t len) {
-    if (waitedPeer_ < 0) waitedPeer_ = peer;
-    if (std::find(timedOutOn_.begin(), timedOutOn_.end(), peer) == timedOutOn_.end()) timedOutOn_.push_back(peer);
+    if (failure_.waitedPeer < 0) failure_.waitedPeer = peer;
+    if (std::find(failure_.timedOutOn.begin(), failure_.timedOutOn.end(), peer) == failure_.timedOutOn.end()) failure_.timedOutOn.push_back(peer);
     auto& ch = channels_[size_t(peer)];
     int64_t last = ch->progress().last_change_ns.load();
     waiting += strFormat("%s%s %s (%zu of %zu bytes; %s)", waiting.empty() ? "" : "; ", what,
@@ -401,14 +301,14 @@ bool Communicator::deferLaterMismatch(const RemoteAbort& a) {
   if (got.kind != AbortKind::kMismatch || got.reporter < 0 || isP2P(got.reporter_desc.op) ||
       got.reporter_desc.seq <= desc_.seq)
     return false;
-  deferredMismatch_.push_back(a);  // the failure path only: no allocation while ops run well
+  failure_.deferredMismatch.push_back(a);  // the failure path only: no allocation while ops run well
   return true;
 }
 
 void Communicator::handleFailure(std::exception_ptr ep) {
   // Whatever stopped this op, a mismatch announced for a later one is the root cause.
-  if (!deferredMismatch_.empty()) {
-    AbortNotice got = AbortNotice::decode(deferredMismatch_.front().body);
+  if (!failure_.deferredMismatch.empty()) {
+    AbortNotice got = AbortNotice::decode(failure_.deferredMismatch.front().body);
     resolveMismatch(-1, nullptr, &got);
   }
   AbortNotice n;
@@ -441,7 +341,7 @@ void Communicator::handleFailure(std::exception_ptr ep) {
                     got.cause.c_str());
   } catch (const TimeoutError& e) {
     n.kind = AbortKind::kTimeout;
-    n.suspect = waitedPeer_;
+    n.suspect = failure_.waitedPeer;
     n.cause = strFormat("rank %d timed out in %s: %s", rank_, desc_.str().c_str(), e.what());
     msg = strFormat("%s: %s", opContext().c_str(), e.what());
     failWith(n, msg);
@@ -449,7 +349,7 @@ void Communicator::handleFailure(std::exception_ptr ep) {
   } catch (const PeerError& e) {
     n.kind = e.closed ? AbortKind::kPeer : AbortKind::kTransport;
     n.suspect = e.peer;
-    if (e.gone && e.peer >= 0 && e.peer < size()) gonePeer_ = e.peer;
+    if (e.gone && e.peer >= 0 && e.peer < size()) failure_.gonePeer = e.peer;
     n.cause = e.what();
     msg = strFormat("%s: %s", opContext().c_str(), e.what());
   } catch (const std::exception& e) {
@@ -462,11 +362,8 @@ void Communicator::handleFailure(std::exception_ptr ep) {
 }
 
 void Communicator::failWith(const AbortNotice& n, const std::string& msg, int from) {
-  cause_ = msg;
-  failure_ = n;
-  failureFrom_ = from;
-  failedSeq_ = desc_.seq;
-  failed_.store(true);
+  failure_.record(n, msg, from, desc_.seq);
+  failure_.failed.store(true);
   endpoint_->listener().markClosed(id_);  // a peer cut off from the abort notice hears "closed" if it redials
   abortPeers(n);
   HETOBS_WARN("%s", msg.c_str());
@@ -491,12 +388,12 @@ void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, c
     if (notice->reporter_desc.seq == seq) firsthand[notice->reporter] = notice->reporter_desc;
     if (notice->suspect >= 0) secondhand.emplace(notice->suspect, notice->suspect_desc);
   }
-  for (const RemoteAbort& a : deferredMismatch_) {  // votes that came while an earlier op ran
+  for (const RemoteAbort& a : failure_.deferredMismatch) {  // votes that came while an earlier op ran
     AbortNotice got = AbortNotice::decode(a.body);
     if (got.reporter_desc.seq == seq) firsthand[got.reporter] = got.reporter_desc;
     if (got.suspect >= 0) secondhand.emplace(got.suspect, got.suspect_desc);
   }
-  deferredMismatch_.clear();
+  failure_.deferredMismatch.clear();
   AbortNotice mine;
   mine.kind = AbortKind::kMismatch;
   mine.reporter = rank_;
@@ -507,11 +404,11 @@ void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, c
                                         directTheirs->str().c_str(), desc_.str().c_str())
                             : "op mismatch";
   mine.origin = notice ? notice->origin : rank_;
-  failure_ = mine;
-  failedSeq_ = seq;
-  if (notice) failure_.suspect = notice->suspect;
-  failureFrom_ = notice ? notice->reporter : -1;
-  failed_.store(true);
+  failure_.notice = mine;
+  failure_.seq = seq;
+  if (notice) failure_.notice.suspect = notice->suspect;
+  failure_.from = notice ? notice->reporter : -1;
+  failure_.failed.store(true);
   abortPeers(mine);
   for (auto& ch : channels_)
     if (ch) ch->discardData();
@@ -545,49 +442,13 @@ void Communicator::resolveMismatch(int directPeer, const OpDesc* directTheirs, c
   }
   for (auto& kv : secondhand) firsthand.emplace(kv.first, kv.second);
 
-  // Tally.
-  std::vector<std::pair<OpDesc, std::vector<int>>> groups;
-  for (auto& kv : firsthand) {
-    auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == kv.second; });
-    if (it == groups.end()) groups.push_back({kv.second, {kv.first}});
-    else it->second.push_back(kv.first);
+  MismatchVote vote = MismatchVote::tally(firsthand);
+  if (vote.majority()) {
+    for (int d : vote.deviating()) failure_.deviating.push_back(worldRanks()[size_t(d)]);
+    failure_.voted.store(true, std::memory_order_release);
   }
-  std::sort(groups.begin(), groups.end(), [](auto& a, auto& b) { return a.second.size() > b.second.size(); });
-  auto list = [](const std::vector<int>& rs) {
-    std::string s;
-    for (int r : rs) s += (s.empty() ? "" : ", ") + std::to_string(r);
-    return s;
-  };
-  std::string msg;
-  bool majority = groups.size() >= 2 && groups[0].second.size() > groups[1].second.size();
-  if (groups.size() == 1) {
-    msg = strFormat("op mismatch on comm %llu reported (%s), but every rank heard runs %s (this rank: %d)",
-                    (unsigned long long)id_, notice ? notice->cause.c_str() : mine.cause.c_str(),
-                    groups[0].first.str().c_str(), rank_);
-  } else if (majority) {
-    std::vector<int> dev;
-    std::string what;
-    for (size_t g = 1; g < groups.size(); ++g) {
-      dev.insert(dev.end(), groups[g].second.begin(), groups[g].second.end());
-      what += strFormat("%s%s %s called %s", what.empty() ? "" : "; ", groups[g].second.size() > 1 ? "ranks" : "rank",
-                        list(groups[g].second).c_str(), groups[g].first.str().c_str());
-    }
-    std::sort(dev.begin(), dev.end());
-    for (int d : dev) deviating_.push_back(worldRanks()[size_t(d)]);
-    voted_.store(true, std::memory_order_release);
-    msg = strFormat("op mismatch on comm %llu: deviating %s %s (%s); ranks %s called %s (this rank: %d)",
-                    (unsigned long long)id_, dev.size() > 1 ? "ranks" : "rank", list(dev).c_str(), what.c_str(),
-                    list(groups[0].second).c_str(), groups[0].first.str().c_str(), rank_);
-  } else {
-    std::string what;
-    for (auto& g : groups)
-      what += strFormat("%s%s %s called %s", what.empty() ? "" : "; ", g.second.size() > 1 ? "ranks" : "rank",
-                        list(g.second).c_str(), g.first.str().c_str());
-    msg = strFormat("op mismatch on comm %llu with no majority among the %zu ranks heard (cannot tell which deviated): "
-                    "%s (this rank: %d)",
-                    (unsigned long long)id_, firsthand.size(), what.c_str(), rank_);
-  }
-  cause_ = msg;
+  std::string msg = vote.describe(id_, rank_, notice ? notice->cause : mine.cause);
+  failure_.cause = msg;
   HETOBS_WARN("%s", msg.c_str());
   reportFailure(msg, seq);
   throw MismatchError(msg);

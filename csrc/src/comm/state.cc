@@ -68,13 +68,13 @@ void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
   writeMembership(w, id_, worldRanks(), worldRanks(), false);
   w.field("last_coll_seq", __atomic_load_n(&cstats_->coll_seq, __ATOMIC_RELAXED));
   w.field("last_p2p_seq", __atomic_load_n(&cstats_->p2p_seq, __ATOMIC_RELAXED));
-  bool failed = failed_.load();
+  bool failed = failure_.failed.load();
   w.field("failed", failed);
-  if (failed) w.field("cause", cause_);
+  if (failed) w.field("cause", failure_.cause);
   else w.nullField("cause");
-  if (failed) writeFailure(w);
+  if (failed) failure_.writeAbort(w, worldRanks());
   else w.nullField("abort");
-  writeCauseInfo(w, "cause_info", failed ? causeInfo(failedSeq_) : CauseInfo{});
+  writeCauseInfo(w, "cause_info", failed ? causeInfo(failure_.seq) : CauseInfo{});
   InFlight f;
   OpRecord r{};
   bool running = inFlightLocked(&f) && Recorder::instance().get(f.record_id, &r);
@@ -115,49 +115,9 @@ void Communicator::writeState(JsonWriter& w, int64_t nowMono) const {
 }
 
 CauseInfo Communicator::causeInfo(uint64_t seq) const {
-  const auto& world = worldRanks();
-  auto global = [&](int r) { return r >= 0 && size_t(r) < world.size() ? world[size_t(r)] : -1; };
-  CauseInfo c;
-  c.kind = abortKindName(failure_.kind);
-  c.reporter = global(failure_.origin);
-  if (failureFrom_ >= 0) c.messengers.push_back(global(failureFrom_));
-  int suspect = global(failure_.suspect);
-  if (failure_.kind == AbortKind::kMismatch) {
-    // Only the ranks' vote names deviants; the suspect is one rank's view (no vote: nobody).
-    if (voted_.load(std::memory_order_acquire)) c.culprits = deviating_;
-  } else if (failure_.kind == AbortKind::kTimeout && failureFrom_ < 0 && !timedOutOn_.empty()) {
-    for (int p : timedOutOn_) c.culprits.push_back(global(p));  // first-hand: every peer it waited on
-  } else if (failure_.kind == AbortKind::kOther && failureFrom_ >= 0 && c.reporter >= 0) {
-    c.culprits.push_back(c.reporter);  // a peer failed for its own reason and told us
-  } else if (suspect >= 0 && suspect != c.reporter) {
-    c.culprits.push_back(suspect);
-  }
   OpDesc d = desc_;
   if (!isP2P(d.op) && seq != d.seq && history_[seq % kHistory].seq == seq) d = history_[seq % kHistory];
-  c.op = opName(d.op);
-  c.seq = int64_t(seq);
-  c.peer = suspect;
-  c.gone = failureFrom_ < 0 && gonePeer_ >= 0 && gonePeer_ == failure_.suspect;
-  return c;
-}
-
-// comms[].abort: the failure as data (docs/dump-schema.md), in global ranks.
-void Communicator::writeFailure(JsonWriter& w) const {
-  const auto& world = worldRanks();
-  auto rank = [&](const char* key, int commRank) {
-    if (commRank >= 0 && size_t(commRank) < world.size()) w.field(key, world[size_t(commRank)]);
-    else w.nullField(key);
-  };
-  w.key("abort").beginObject();
-  w.field("kind", abortKindName(failure_.kind));
-  rank("reporter", failure_.origin);
-  rank("suspect", failure_.suspect);
-  rank("received_from", failureFrom_);
-  w.key("deviating").beginArray();
-  if (voted_.load(std::memory_order_acquire))
-    for (int r : deviating_) w.value(r);
-  w.endArray();
-  w.endObject();
+  return failure_.causeInfo(worldRanks(), d, seq);
 }
 
 }  // namespace hetobs

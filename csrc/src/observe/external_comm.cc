@@ -8,17 +8,13 @@
 #include "hetobs/common/error.h"
 #include "hetobs/common/log.h"
 #include "hetobs/observe/data_mismatch.h"
+#include "hetobs/observe/op_scope.h"
 #include "hetobs/observe/runtime.h"
 #include "hetobs/observe/state_json.h"
 #include "hetobs/stats/op_stats.h"
 #include "hetobs/record/recorder.h"
 
 namespace hetobs {
-namespace {
-
-void add(uint64_t* p, uint64_t v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
-
-}  // namespace
 
 ExternalComm::ExternalComm(uint64_t id, std::vector<int> globalRanks, int rank, Backend backend, DeviceType device,
                            std::string name, std::string island, std::string deviceName, std::string library)
@@ -35,6 +31,7 @@ void ExternalComm::setGlobalRanks(std::vector<int> ranks) {
 
 void ExternalComm::attach() {
   cstats_ = Runtime::commStats(&ownStats_, id_, size(), rank_);
+  scope_.bind(cstats_, OpScope::Writers::kMany);
   if (Runtime* rt = Runtime::get()) {
     header_ = rt->stats().header();
     // A rank is in one island: the first island communicator names it for readers of the segment.
@@ -95,14 +92,7 @@ uint64_t ExternalComm::begin(const ExternalOp& o) {
   memcpy(rec.island, island_, sizeof island_);
   memcpy(rec.device, deviceName_, sizeof deviceName_);
   memcpy(rec.library, library_, sizeof library_);
-  uint64_t rid = Recorder::instance().begin(rec);
-  if (cstats_) {
-    __atomic_store_n(p2p ? &cstats_->p2p_seq : &cstats_->coll_seq, p2p ? rec.p2p_seq : rec.coll_seq,
-                     __ATOMIC_RELAXED);
-    __atomic_store_n(&cstats_->inflight_op, uint32_t(o.op), __ATOMIC_RELAXED);
-    __atomic_store_n(&cstats_->inflight_start_ns, monoToWallNs(now), __ATOMIC_RELAXED);
-    __atomic_store_n(&cstats_->inflight_record, rid + 1, __ATOMIC_RELEASE);
-  }
+  uint64_t rid = scope_.begin(rec);
   for (size_t i = 0; i < kMaxInFlight; ++i) {
     uint64_t free = 0;
     Slot& s = slots_[(rid + i) % kMaxInFlight];
@@ -168,14 +158,7 @@ void ExternalComm::end(uint64_t token, bool ok, const char* error, int64_t start
     }
   }
   if (startMono) start = startMono;
-  if (cstats_) {
-    stats::noteOpEnd(cstats_->ops[op % stats::kOpKinds], bytes, now - start, ok, busBwFactor(op, size()),
-                     [](uint64_t& counter, uint64_t n) { add(&counter, n); });
-    if (!ok) __atomic_store_n(&cstats_->failed, 1u, __ATOMIC_RELAXED);
-    if (watched_.load(std::memory_order_relaxed) == 0)
-      __atomic_store_n(&cstats_->inflight_record, uint64_t(0), __ATOMIC_RELEASE);
-  }
-  if (Runtime* rt = Runtime::get()) rt->noteProgressAt(now);
+  scope_.ended(op, bytes, now - start, now, ok, busBwFactor(op, size()), watched_.load(std::memory_order_relaxed) == 0);
 }
 
 bool ExternalComm::digestDue(uint64_t token) const {
@@ -197,10 +180,10 @@ int ExternalComm::checkResult(uint64_t token, uint8_t* data, size_t count, size_
   DigestVerdict v;
   const bool differs = compareResults(size(), data, count, es, gather, scratch.data(), &v);
   const bool mine = differs && std::find(v.differing.begin(), v.differing.end(), rank_) != v.differing.end();
-  if (cstats_) {
-    add(&cstats_->digests_checked, 1);
-    if (mine) add(&cstats_->data_mismatches, 1);
-  }
+  scope_.update([&](stats::CommStats& c, auto add, auto) {
+    add(c.digests_checked, 1);
+    if (mine) add(c.data_mismatches, 1);
+  });
   if (!differs) return kDigestSame;
   MismatchSite site;
   site.comm_id = id_;

@@ -4,6 +4,11 @@
 // state: after a failure it refuses further ops, because peers may still write into
 // the caller's buffers.
 //
+// Its parts, each in its own file: the op's record and stats slot (observe/op_scope.h, shared
+// with ExternalComm); how the op thread waits (comm/wait_policy.h) and its sockets' epoll set
+// (comm/epoll_set.h); the failure state and the op-mismatch vote (comm/failure_state.h); the
+// links (connect.cc), the progress loop and failure handling (progress.cc), dumps (state.cc).
+//
 // Threading: ops run one at a time, in submission order, either inline on the
 // caller's thread or on the communicator's worker thread (async ops, and blocking
 // ops issued while async ones are pending). links() and records may be read from
@@ -18,15 +23,17 @@
 #include <thread>
 #include <vector>
 
-#include <sys/epoll.h>
-
 #include "hetobs/comm/abort.h"
 #include "hetobs/comm/config.h"
+#include "hetobs/comm/epoll_set.h"
+#include "hetobs/comm/failure_state.h"
 #include "hetobs/common/json.h"
 #include "hetobs/stats/layout.h"
+#include "hetobs/comm/wait_policy.h"
 #include "hetobs/comm/work.h"
 #include "hetobs/observe/cause_info.h"
 #include "hetobs/observe/observed.h"
+#include "hetobs/observe/op_scope.h"
 #include "hetobs/common/wire.h"
 #include "hetobs/transport/channel.h"
 
@@ -135,7 +142,6 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   bool oversubscribed();
 
  private:
-  void adaptSpin(bool spun, bool spunOut);
   // `start`: when it starts (a blocking op: when it was enqueued, one clock read for both).
   // `entrySysNs`: the caller's call as CLOCK_MONOTONIC itself (the who-arrives-last stamp: exact
   // between processes of a host, unlike monoNs(), whose per-process calibration errs by microseconds).
@@ -145,9 +151,6 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   OpDesc descFor(int peer) const;  // what our frames to `peer` carry
   void waitForEvents(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr, uint32_t bellSeen, int64_t idleNs);
   void pollAllControl();
-  void openEpoll();
-  void closeEpoll();
-  void watchChannel(size_t peer, uint32_t events);
   void pollControlWhenDue(int64_t now, int64_t* nextControl, shm::SegmentHeader* seg);
   void throwIfAbortRequested() const;
   [[noreturn]] void timeoutError(SendItem* sends, size_t ns, RecvItem* recvs, size_t nr);
@@ -161,7 +164,6 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   // Mark failed with `msg`, tell every peer (notice `n`), log, dump: before the throw.
   // `from`: the comm rank whose notice brought the news (-1: seen first-hand).
   void failWith(const struct AbortNotice& n, const std::string& msg, int from = -1);
-  void writeFailure(JsonWriter& w) const;
   std::string opContext() const;
   void buildChannels();
   // inOp: for the running op (a peer that never comes is the op's timeout, naming it).
@@ -188,15 +190,8 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   std::unique_ptr<shm::Segment> segment_;           // ours (incoming rings, doorbell)
   bool anyShm_ = false, anyTcp_ = false;
   bool oneHostShm_ = false;
-  std::atomic<int> oversubscribed_{-1};  // -1: not worked out yet (oversubscribed(), on the first wait)
-  int64_t spinNs_ = 20000;  // this communicator's spin before yielding (progress.cc: adapts to how waits end)
-  // The op thread's wait on its sockets: an epoll set with each channel's current interest
-  // (0: not in the set), and whether the running op itself waits on that channel.
-  int epollFd_ = -1;
-  std::vector<uint32_t> pollMask_;
-  std::vector<int> pollFdWatched_;
-  std::vector<uint8_t> pollWanted_;
-  std::vector<struct epoll_event> epollEvents_;
+  WaitPolicy wait_;  // spin, yield, sleep: adapts to how this communicator's waits end
+  EpollSet epoll_;   // the op thread's wait on its sockets
 
   // Sequence ids: collectives share one counter; p2p counts per peer and direction.
   uint64_t collSeq_ = 0;
@@ -222,7 +217,7 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   // Live stats in the rank's segment (private memory when the segment is full).
   stats::CommStats* cstats_ = nullptr;
   std::unique_ptr<stats::CommStats> ownStats_;
-  void statsBegin(uint64_t rid, const OpDesc& d, int64_t startMono);
+  OpScope scope_;  // the op's record and stats slot (observe/op_scope.h), one writer: this op thread
   void statsEnd(const OpDesc& d, uint64_t bytes, int64_t startMono, int64_t endMono, bool ok,
                 const ArrivalInfo* arrival = nullptr);
   // Who arrived last (record/arrival.h): the running collective's arrival word, which the
@@ -251,19 +246,8 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   std::atomic<uint64_t> inflightRecord_{0};  // record id + 1 while an op runs
   std::atomic<int64_t> inflightStart_{0};
 
-  std::atomic<bool> failed_{false};
-  std::string cause_;  // set once when failed_ flips; read after
-  // The failure as data for dumps (comms[].abort): set before failed_ flips, read after;
-  // the vote's deviants (global ranks) only once voted_ is set.
-  AbortNotice failure_;
-  int failureFrom_ = -1;
-  uint64_t failedSeq_ = 0;  // the seq of the op that failed (a mismatch: the seq voted on)
-  std::vector<RemoteAbort> deferredMismatch_;  // deferLaterMismatch's notices, oldest first
-  std::vector<int> deviating_;
-  std::atomic<bool> voted_{false};
-  int waitedPeer_ = -1;  // a peer the op still waited on when it timed out
-  std::vector<int> timedOutOn_;  // every peer (comm rank) it still waited on then, first-hand
-  int gonePeer_ = -1;    // a peer whose process is gone, as the failure found (PeerError::gone)
+  // The failure state and the mismatch vote's outcome (failure_state.h).
+  FailureState failure_;
   std::atomic<bool> closed_{false};
 
   std::mutex execMu_;

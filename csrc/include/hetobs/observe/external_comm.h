@@ -20,6 +20,7 @@
 #include "hetobs/common/wire.h"
 #include "hetobs/observe/external_hooks.h"
 #include "hetobs/observe/observed.h"
+#include "hetobs/observe/op_scope.h"
 #include "hetobs/record/op_record.h"
 #include "hetobs/stats/layout.h"
 
@@ -105,6 +106,7 @@ class ExternalComm : public Observed, public std::enable_shared_from_this<Extern
   std::atomic<uint32_t> watched_{0};  // slots in use: end() need not scan the table to know
   stats::CommStats* cstats_ = nullptr;
   std::unique_ptr<stats::CommStats> ownStats_;
+  OpScope scope_;  // the op's record and stats slot (op_scope.h), many writers: begun and ended on any thread
   Slot slots_[kMaxInFlight];
 };
 
