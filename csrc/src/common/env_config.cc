@@ -142,6 +142,32 @@ long long intSetting(const char* name) {
   return v;
 }
 
+namespace {
+
+// A setting read where a bad value must not stop the process (the transport, the watchdog):
+// the table's default instead (valid: tests/test_settings_table.py), with a warning naming it.
+double numberOrDefault(const char* name) {
+  try {
+    return numberSetting(name);
+  } catch (const BadSetting& b) {
+    double v = strtod(settingRow(name, SettingKind::kFloat).dflt, nullptr);
+    HETOBS_WARN("%s; using %g", b.message.c_str(), v);
+    return v;
+  }
+}
+
+long long intOrDefault(const char* name) {
+  try {
+    return intSetting(name);
+  } catch (const BadSetting& b) {
+    long long v = strtoll(settingRow(name, SettingKind::kInt).dflt, nullptr, 10);
+    HETOBS_WARN("%s; using %lld", b.message.c_str(), v);
+    return v;
+  }
+}
+
+}  // namespace
+
 std::string oneOf(const SettingSpec& spec) {
   std::string raw = env(spec.name, spec.dflt);
   std::string v = lower(strip(raw));
@@ -258,19 +284,8 @@ std::string textSetting(const char* name) {
 NetSettings netSettings() {
   static const NetSettings cached = [] {
     NetSettings n;
-    // A bad value falls back to the table's default (which is valid: tests/test_settings_table.py).
-    n.connect_retries = int(strtol(settingRow("HETOBS_CONNECT_RETRIES", SettingKind::kInt).dflt, nullptr, 10));
-    n.reconnect_timeout = strtod(settingRow("HETOBS_RECONNECT_TIMEOUT", SettingKind::kFloat).dflt, nullptr);
-    try {
-      n.connect_retries = int(intSetting("HETOBS_CONNECT_RETRIES"));
-    } catch (const BadSetting& b) {
-      HETOBS_WARN("%s; using %d", b.message.c_str(), n.connect_retries);
-    }
-    try {
-      n.reconnect_timeout = numberSetting("HETOBS_RECONNECT_TIMEOUT");
-    } catch (const BadSetting& b) {
-      HETOBS_WARN("%s; using %g", b.message.c_str(), n.reconnect_timeout);
-    }
+    n.connect_retries = int(intOrDefault("HETOBS_CONNECT_RETRIES"));
+    n.reconnect_timeout = numberOrDefault("HETOBS_RECONNECT_TIMEOUT");
     return n;
   }();
   return cached;
@@ -279,24 +294,9 @@ NetSettings netSettings() {
 SuspectSettings suspectSettings() {
   static const SuspectSettings cached = [] {
     SuspectSettings v;
-    v.factor = strtod(settingRow("HETOBS_SUSPECT_FACTOR", SettingKind::kFloat).dflt, nullptr);
-    v.floor_s = strtod(settingRow("HETOBS_SUSPECT_FLOOR", SettingKind::kFloat).dflt, nullptr);
-    v.history_ops = uint64_t(strtoull(settingRow("HETOBS_SUSPECT_HISTORY", SettingKind::kInt).dflt, nullptr, 10));
-    try {
-      v.factor = numberSetting("HETOBS_SUSPECT_FACTOR");
-    } catch (const BadSetting& b) {
-      HETOBS_WARN("%s; using %g", b.message.c_str(), v.factor);
-    }
-    try {
-      v.floor_s = numberSetting("HETOBS_SUSPECT_FLOOR");
-    } catch (const BadSetting& b) {
-      HETOBS_WARN("%s; using %g", b.message.c_str(), v.floor_s);
-    }
-    try {
-      v.history_ops = uint64_t(intSetting("HETOBS_SUSPECT_HISTORY"));
-    } catch (const BadSetting& b) {
-      HETOBS_WARN("%s; using %llu", b.message.c_str(), (unsigned long long)v.history_ops);
-    }
+    v.factor = numberOrDefault("HETOBS_SUSPECT_FACTOR");
+    v.floor_s = numberOrDefault("HETOBS_SUSPECT_FLOOR");
+    v.history_ops = uint64_t(intOrDefault("HETOBS_SUSPECT_HISTORY"));
     return v;
   }();
   return cached;
@@ -335,13 +335,7 @@ const DigestSettings& digestSettings() {
 
 uint64_t shmSingleCopyBytes() {
   static const uint64_t cached = [] {
-    uint64_t v = uint64_t(strtoull(settingRow("HETOBS_SHM_SINGLE_COPY_BYTES", SettingKind::kInt).dflt, nullptr, 10));
-    try {
-      v = uint64_t(intSetting("HETOBS_SHM_SINGLE_COPY_BYTES"));
-    } catch (const BadSetting& b) {
-      HETOBS_WARN("%s; using %llu", b.message.c_str(), (unsigned long long)v);
-    }
-    return v;
+    return uint64_t(intOrDefault("HETOBS_SHM_SINGLE_COPY_BYTES"));
   }();
   return cached;
 }
