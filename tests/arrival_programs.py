@@ -27,8 +27,11 @@ def command() -> str:
 
 def prog_steps(args: dict[str, Any]) -> None:
     """`steps` training-like steps: compute (a sleep of `compute_ms`, `slow_factor` times longer on
-    `slow_rank`; the workload, not a synchronisation), then an all_reduce of `elements` float32.
+    `slow_rank`, plus a uniform 0..`jitter_ms` drawn per rank and step, as a real step's time
+    varies; the workload, not a synchronisation), then an all_reduce of `elements` float32.
     Reports `done` with the last arrival each judged op named here, then waits for `exit`."""
+    import random
+
     import hetobs
 
     comm = hetobs.init()
@@ -36,11 +39,13 @@ def prog_steps(args: dict[str, Any]) -> None:
     compute = float(args.get("compute_ms", 0.0)) / 1e3
     if rank == int(args.get("slow_rank", -1)):
         compute *= float(args.get("slow_factor", 1.0))
+    jitter = float(args.get("jitter_ms", 0.0)) / 1e3
+    draw = random.Random(rank)  # each rank's own sequence: no rank's times follow another's
     x = np.ones(int(args.get("elements", 1024)), np.float32)
     comm.barrier()  # every rank connected and in step before the first measured op
     for _ in range(int(args["steps"])):
-        if compute:
-            time.sleep(compute)
+        if compute or jitter:
+            time.sleep(compute + draw.uniform(0.0, jitter))
         comm.all_reduce(x)
     recs = [r for r in hetobs.records() if r["op"] == "all_reduce"]
     event("done", last=[r["last_arrival_rank"] for r in recs if r["arrival_judged"]],
