@@ -59,7 +59,7 @@ def test_demo_page_shows_the_culprit_in_chromium(demo, tmp_path: Path) -> None: 
     top = demo.report.verdicts[0]
     assert html.escape(top.summary) in b.dom
     # Drawn by the script: the culprit's mark on the ring, the zoom centred on it, its timeline row.
-    assert re.search(rf'<circle[^>]*class="blamed-mark"', b.dom)
+    assert re.search(r'<circle[^>]*class="blamed-mark"', b.dom)
     assert re.search(rf'<circle[^>]*class="rank" data-rank="{CULPRIT}"[^>]*>', b.dom)
     detail = re.search(r'<p class="detail" id="zoom-detail">([^<]*)</p>', b.dom)
     assert detail and detail.group(1).startswith(f"rank {CULPRIT} · not_joined · BLAMED"), detail
