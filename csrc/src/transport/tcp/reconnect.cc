@@ -25,6 +25,19 @@ constexpr int64_t kRefusedForNs = 1500000000LL;
 
 int64_t Reconnector::refusedForNs() const { return plan_.same_host ? 0 : kRefusedForNs; }
 
+// Gone: its listener refused every dial for the whole window. A try whose own deadline ended
+// while refusals were still being timed (a short background try, a reset burst answering SYNs
+// with RST) has not shown that alone: a 1 s burst once ended a job this way, its peer alive.
+bool Reconnector::refusedThroughout(const ConnectError& e) {
+  if (e.err != ECONNREFUSED) {
+    refusedSinceNs_ = -1;
+    return false;
+  }
+  const int64_t now = monoNs();
+  if (refusedSinceNs_ < 0 || now - e.refused_ns < refusedSinceNs_) refusedSinceNs_ = now - e.refused_ns;
+  return now - refusedSinceNs_ >= refusedForNs();
+}
+
 void ReconnectLog::addLocked(const char* stage, std::string what, int err, int64_t refusedNs) {
   if (h_.events.size() == kEvents) h_.events.erase(h_.events.begin());  // the latest few tell the story
   h_.events.push_back(ReconnectHistory::Event{wallNs(), stage, err, refusedNs, std::move(what)});
@@ -86,18 +99,21 @@ int Reconnector::dial(uint32_t generation, int64_t deadlineNs, const PeerInfo& p
   // A reset during the handshake (the network still flapping) is dialled again inside.
   log_.attempted();
   try {
-    return dialAndShake(ConnectTarget{plan_.peer_listener, plan_.peer_rank, peer.describe()}, plan_.cred, h,
-                        deadlineNs, limits, [this](const std::string& why) {
-                          log_.attempted();
-                          log_.failed("dial", why);
-                        });
+    int fd = dialAndShake(ConnectTarget{plan_.peer_listener, plan_.peer_rank, peer.describe()}, plan_.cred, h,
+                          deadlineNs, limits, [this](const std::string& why) {
+                            log_.attempted();
+                            log_.failed("dial", why);
+                          });
+    refusedSinceNs_ = -1;
+    return fd;
   } catch (const ConnectError& e) {
     log_.attempted(uint64_t(std::max(0, e.attempts - 1)));  // its connects, past the one counted above
     log_.failedConnect("dial", e);
-    if (e.err == ECONNREFUSED) throw gonePeer(peer, plan_.peer_rank, e.address);
-    throw;
+    if (refusedThroughout(e)) throw gonePeer(peer, plan_.peer_rank, e.address);
+    throw;  // a refusal cut short by this try's deadline proves nothing (a reset burst refuses too)
   } catch (const Error& e) {
     log_.failed("dial", e.what());
+    refusedSinceNs_ = -1;  // connected, then failed: something listens there
     throw;
   }
 }
@@ -123,6 +139,7 @@ int Reconnector::await(int64_t deadlineNs, const PeerInfo& peer) {
       log_.attempted();
       probe = connectWithRetries(ConnectTarget{plan_.peer_listener, plan_.peer_rank, peer.describe()}, deadlineNs,
                                  limits);
+      refusedSinceNs_ = -1;  // something listens there
       // About this link: a peer that closed the communicator says so (CommClosedError).
       Hello h;
       h.purpose = Purpose::kProbe;
@@ -133,9 +150,8 @@ int Reconnector::await(int64_t deadlineNs, const PeerInfo& peer) {
     } catch (const ConnectError& e) {
       log_.attempted(uint64_t(std::max(0, e.attempts - 1)));
       log_.failedConnect("probe", e);
-      if (e.err == ECONNREFUSED)
-        throw gonePeer(peer, plan_.peer_rank, e.address);
-      // Unreachable for now: keep waiting for its redial until the deadline.
+      if (refusedThroughout(e)) throw gonePeer(peer, plan_.peer_rank, e.address);
+      // Unreachable for now, or refused for less than the window: keep waiting for its redial.
     } catch (const AuthError&) {
       if (probe >= 0) ::close(probe);
       throw;

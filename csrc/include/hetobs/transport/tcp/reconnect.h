@@ -100,9 +100,14 @@ class Reconnector {
   int dial(uint32_t generation, int64_t deadlineNs, const PeerInfo& peer);
   int await(int64_t deadlineNs, const PeerInfo& peer);
   int64_t refusedForNs() const;
+  // Whether the peer's listener has now refused for the whole window (refusedForNs), counted
+  // across tries: a short try ends before the window can (tryRemake), and its refusal then
+  // starts or extends the run that the next try continues; anything else ends the run.
+  bool refusedThroughout(const ConnectError& e);
 
   ReconnectPlan plan_;
   ReconnectLog log_;
+  int64_t refusedSinceNs_ = -1;  // when the current run of refused tries began (-1: none)
 };
 
 }  // namespace tcp
