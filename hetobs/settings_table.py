@@ -138,7 +138,8 @@ SETTINGS: Tuple[Spec, ...] = (
          "(process_vm_writev). 4611686018427387904 (2^62) turns both off (docs/algorithms.md has the crossover)."),
     _flag("HETOBS_DIGEST", "0",
           "1: compare a digest of each sampled all_reduce, all_gather and broadcast result across the ranks of the "
-          "native transport or of the wrapped Gloo backend (what must be bit-identical everywhere): a rank whose result differs is named, with "
+          "native transport or of the wrapped Gloo backend (what must be bit-identical everywhere): a rank whose "
+          "result differs is named, with "
           "the op, its seq and the first differing element (docs/digests.md)."),
     _float("HETOBS_DIGEST_RATE", "0.03125", 0.0,
            "With HETOBS_DIGEST=1, the share of those collectives checked: every round(1/rate)-th sequence id, the "
