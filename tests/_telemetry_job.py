@@ -27,6 +27,20 @@ REPO = TESTS_DIR.parent
 PROGRAMS = TESTS_DIR / "telemetry_programs.py"
 
 
+def metric_by_rank(job_id: str, name: str) -> dict[int, float]:
+    """{rank: value} of one metric family (summed over its other labels), read as the exporter
+    serves it: from the live ranks' stats segments."""
+    from hetobs.exporters.metrics import families
+    from hetobs.exporters.source import ShmSource
+
+    out: dict[int, float] = {}
+    for fam in families(ShmSource(job_id).snapshot()):
+        if fam.spec.name == name:
+            for labels, value in fam.samples:
+                out[int(labels[1])] = out.get(int(labels[1]), 0.0) + value
+    return out
+
+
 class RankJob:
     """N ranks of one program; `wait_event`, `send`, `stop_rank`, `close`."""
 

@@ -17,24 +17,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _telemetry_job import RankJob  # noqa: E402
+from _telemetry_job import RankJob, metric_by_rank  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 PROGRAMS = Path(__file__).resolve().parent / "arrival_programs.py"
-
-
-def _metric(job: RankJob, name: str) -> dict[int, float]:
-    """{rank: value} of one counter family, read as the exporter serves it (stats segments)."""
-    from hetobs.exporters.metrics import families
-    from hetobs.exporters.source import ShmSource
-
-    out: dict[int, float] = {}
-    for fam in families(ShmSource(job.job_id).snapshot()):
-        if fam.spec.name == name:
-            for labels, value in fam.samples:
-                out[int(labels[1])] = out.get(int(labels[1]), 0.0) + value
-    return out
 
 
 def _run(tmp_path: Path, world: int, args: dict[str, Any], transport: str) -> tuple[dict[int, float], dict[int, float],
@@ -42,7 +29,8 @@ def _run(tmp_path: Path, world: int, args: dict[str, Any], transport: str) -> tu
     with RankJob("steps", world, args, workdir=tmp_path, env={"HETOBS_TRANSPORT": transport},
                  programs=PROGRAMS) as job:
         done = sorted(job.wait_all("done", timeout=120), key=lambda e: e["rank"])
-        last, judged = _metric(job, "hetobs_last_arrivals"), _metric(job, "hetobs_arrivals_judged")
+        last, judged = (metric_by_rank(job.job_id, "hetobs_last_arrivals"),
+                        metric_by_rank(job.job_id, "hetobs_arrivals_judged"))
         job.send("exit")
         for p in job.procs:
             assert p.wait(timeout=60) == 0

@@ -19,25 +19,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _telemetry_job import RankJob  # noqa: E402
+from _telemetry_job import RankJob, metric_by_rank  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 PROGRAMS = Path(__file__).resolve().parent / "arrival_programs.py"
 WORLD, FLIP_RANK, FLIP_SEQ, STEPS = 3, 2, 12, 16
-
-
-def _mismatch_counts(job_id: str) -> dict[int, float]:
-    """hetobs_data_mismatches by rank, as the exporter serves it from the live ranks' segments."""
-    from hetobs.exporters.metrics import families
-    from hetobs.exporters.source import ShmSource
-
-    counts: dict[int, float] = {}
-    for fam in families(ShmSource(job_id).snapshot()):
-        if fam.spec.name == "hetobs_data_mismatches":
-            for labels, value in fam.samples:
-                counts[int(labels[1])] = counts.get(int(labels[1]), 0.0) + value
-    return counts
 
 
 def _job(tmp_path: Path, transport: str, op: str, elements: int, element: int, *, diagnose: bool = False,
@@ -48,7 +35,7 @@ def _job(tmp_path: Path, transport: str, op: str, elements: int, element: int, *
                  env={"HETOBS_TRANSPORT": transport, "HETOBS_DIGEST": "1", "HETOBS_DIGEST_RATE": "1", **(env or {})}
                  ) as job:
         done = sorted(job.wait_all("done", timeout=120), key=lambda e: e["rank"])
-        counts = _mismatch_counts(job.job_id)
+        counts = metric_by_rank(job.job_id, "hetobs_data_mismatches")
         job.send("exit")
         for p in job.procs:
             assert p.wait(timeout=60) == 0
@@ -94,7 +81,7 @@ def _torch_job(tmp_path: Path, op: str, elements: int, element: int) -> tuple[li
     with RankJob("torch_digest", WORLD, args, workdir=tmp_path, programs=PROGRAMS,
                  env={"HETOBS_DIGEST": "1", "HETOBS_DIGEST_RATE": "1", "GLOO_SOCKET_IFNAME": "lo"}) as job:
         done = sorted(job.wait_all("done", timeout=180), key=lambda e: e["rank"])
-        counts = _mismatch_counts(job.job_id)
+        counts = metric_by_rank(job.job_id, "hetobs_data_mismatches")
         job.send("exit")
         for p in job.procs:
             assert p.wait(timeout=60) == 0
