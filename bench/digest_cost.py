@@ -21,14 +21,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 
+from hetobs.bench.units import format_size
+
 
 def _load() -> str:
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _rate(args: argparse.Namespace) -> float:
+    """The sampling rate the jobs run at: --rate, else the setting's (the table's default unless set)."""
+    from hetobs.config import setting
+
+    return args.rate if args.rate is not None else float(setting("HETOBS_DIGEST_RATE"))
 
 
 def _bench(args: argparse.Namespace, digest: bool) -> list[dict]:
@@ -70,24 +79,24 @@ def worker() -> None:
 
 
 def interleaved(args: argparse.Namespace) -> None:
-    import uuid
+    import tempfile
 
-    from hetobs.ports import free_port
+    from hetobs.bench.units import parse_sizes
+    from hetobs.launch_local import LocalJob, new_job_id
 
-    sizes = [int(s[:-1]) << {"K": 10, "M": 20, "G": 30}[s[-1]] if s[-1] in "KMG" else int(s)
-             for s in args.sizes.split(",")]
+    sizes = parse_sizes(args.sizes)
     transport = args.backends.split(",")[0].replace("hetobs-", "")
-    jobs = {}
+    workdir = tempfile.mkdtemp(prefix="digest-cost-")
+    jobs: dict[bool, LocalJob] = {}
     for digest in (False, True):
-        port = free_port()
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(args.ranks),
-                   HETOBS_JOB_ID=f"dcost-{uuid.uuid4().hex[:8]}", HETOBS_TRANSPORT=transport,
-                   HETOBS_DIGEST="1" if digest else "0", HETOBS_DEBUG="error", OMP_NUM_THREADS="1")
+        env: dict[str, str | None] = {"HETOBS_TRANSPORT": transport, "HETOBS_DIGEST": "1" if digest else "0",
+                                      "HETOBS_DEBUG": "error", "OMP_NUM_THREADS": "1"}
         if args.rate is not None:
             env["HETOBS_DIGEST_RATE"] = str(args.rate)
-        jobs[digest] = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"],
-                                         env=dict(env, RANK=str(r)), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         text=True) for r in range(args.ranks)]
+        jobs[digest] = LocalJob([sys.executable, os.path.abspath(__file__), "--worker"], args.ranks,
+                                log_dir=os.path.join(workdir, "on" if digest else "off"),
+                                hetobs_dir=os.path.join(workdir, "hetobs"), job_id=new_job_id("dcost-"), env=env,
+                                stdin="pipe", stdout="pipe").start()
     load0 = _load()
     gbps: dict[tuple[int, bool], list[float]] = {}
     try:
@@ -97,19 +106,21 @@ def interleaved(args: argparse.Namespace) -> None:
                 # a batch of a few ops that holds one sampled op or none would make the ratios lumpy.
                 iters = args.batch
                 for digest in ((False, True) if i % 2 == 0 else (True, False)):
-                    for p in jobs[digest]:
-                        p.stdin.write(f"{size} {iters}\n")  # type: ignore[union-attr]
+                    for p in jobs[digest].procs:
+                        p.stdin.write(f"{size} {iters}\n".encode())  # type: ignore[union-attr]
                         p.stdin.flush()  # type: ignore[union-attr]
-                    dts = [float(p.stdout.readline()) for p in jobs[digest]]  # type: ignore[union-attr]
+                    dts = [float(p.stdout.readline()) for p in jobs[digest].procs]  # type: ignore[union-attr]
                     factor = 2 * (args.ranks - 1) / args.ranks
                     gbps.setdefault((size, digest), []).append(size * iters / max(dts) / 1e9 * factor)
     finally:
-        for ps in jobs.values():
-            for p in ps:
-                p.stdin.close()  # type: ignore[union-attr]
-            for p in ps:
-                p.wait(timeout=60)
-    rate = args.rate if args.rate is not None else 0.03125
+        for job in jobs.values():
+            for p in job.procs:
+                p.stdin.close()  # type: ignore[union-attr]  (a closed stdin ends the worker)
+        for job in jobs.values():
+            job.wait(60)
+            job.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    rate = _rate(args)
     print(f"`python bench/digest_cost.py --interleaved --sizes {args.sizes} --backends hetobs-{transport} --ranks "
           f"{args.ranks} --rounds {args.rounds}" + (f" --rate {args.rate}" if args.rate is not None else "")
           + f"` (rate {rate}) — load average {load0} before, {_load()} after\n")
@@ -118,8 +129,7 @@ def interleaved(args: argparse.Namespace) -> None:
     for size in sizes:
         offs, ons = gbps[(size, False)], gbps[(size, True)]
         ratios = [b / a for a, b in zip(offs, ons)]
-        label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size} B"
-        print(f"| {transport} | {label} | {statistics.median(offs):.2f} | {statistics.median(ons):.2f} | "
+        print(f"| {transport} | {format_size(size)} | {statistics.median(offs):.2f} | {statistics.median(ons):.2f} | "
               f"{statistics.median(ons) / statistics.median(offs):.3f} | {statistics.median(ratios):.3f} |")
 
 
@@ -158,7 +168,7 @@ def main() -> None:
         offs, ons = busbw[(backend, size, False)], busbw.get((backend, size, True), [])
         off, on = statistics.median(offs), statistics.median(ons) if ons else float("nan")
         paired = " ".join(f"{b / a:.2f}" for a, b in zip(offs, ons))
-        label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size} B"
+        label = format_size(size)
         best_off, best_on = max(offs), max(ons) if ons else float("nan")
         print(f"| {backend} | {label} | {off:.2f} | {on:.2f} | {on / off:.3f} | {paired} | {best_off:.2f} | "
               f"{best_on:.2f} | {best_on / best_off:.3f} |")
@@ -168,7 +178,7 @@ def main() -> None:
         from hetobs import _core
     except ImportError:
         return
-    rate = args.rate if args.rate is not None else 0.03125
+    rate = _rate(args)
     print("\n| size | hash of the result (us) | hash GB/s | best op time off (us, shm) | hash per op at the rate "
           "(share of the op) |")
     print("|---|---|---|---|---|")
@@ -177,8 +187,7 @@ def main() -> None:
             continue
         ns = _core.bench_digest(size, 10 if size > 1 << 20 else 50)
         op_us = size / (max(busbw[(backend, size, False)]) * 1e9) * 1e6 * 2 * (args.ranks - 1) / args.ranks
-        label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size} B"
-        print(f"| {label} | {ns / 1e3:.1f} | {size / ns:.2f} | {op_us:.1f} | {rate * ns / 1e3 / op_us * 100:.2f}% |")
+        print(f"| {format_size(size)} | {ns / 1e3:.1f} | {size / ns:.2f} | {op_us:.1f} | {rate * ns / 1e3 / op_us * 100:.2f}% |")
 
 
 if __name__ == "__main__":

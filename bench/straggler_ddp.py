@@ -17,11 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
 
 LAYERS = (512, 1024, 1024, 1)
 
@@ -68,32 +66,24 @@ def worker(args: argparse.Namespace) -> None:
 def one_run(args: argparse.Namespace, slow: int, workdir: str) -> dict:
     from hetobs.exporters.metrics import families
     from hetobs.exporters.source import ShmSource
-    from hetobs.ports import free_port
+    from hetobs.launch_local import LocalJob, new_job_id
 
-    job = f"strag-{uuid.uuid4().hex[:8]}"
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(args.ranks),
-               HETOBS_JOB_ID=job, HETOBS_DIR=os.path.join(workdir, "hetobs"), OMP_NUM_THREADS="1")
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--slow", str(slow), "--steps", str(args.steps),
            "--slower", str(args.slower)]
-    procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r)), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=open(os.path.join(workdir, f"{job}-r{r}.log"), "wb")) for r in range(args.ranks)]
-    try:
-        done = [json.loads(p.stdout.readline()) for p in procs]  # type: ignore[union-attr]
+    job_id = new_job_id("strag-")
+    with LocalJob(cmd, args.ranks, log_dir=workdir, hetobs_dir=os.path.join(workdir, "hetobs"), job_id=job_id,
+                  env={"OMP_NUM_THREADS": "1"}, stdin="pipe", stdout="pipe", log_prefix=f"{job_id}-") as job:
+        job.start()
+        done = [json.loads(p.stdout.readline()) for p in job.procs]  # type: ignore[union-attr]
         last: dict[int, float] = {}
-        for fam in families(ShmSource(job).snapshot()):
+        for fam in families(ShmSource(job.job_id).snapshot()):
             if fam.spec.name == "hetobs_last_arrivals":
                 for labels, v in fam.samples:
                     last[int(labels[1])] = last.get(int(labels[1]), 0.0) + v
-        for p in procs:
+        for p in job.procs:
             p.stdin.write(b"\n")  # type: ignore[union-attr]
             p.stdin.flush()  # type: ignore[union-attr]
-        for p in procs:
-            p.wait(timeout=120)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        job.wait(120)
     named = max(last, key=lambda r: last[r]) if last else None
     return {"slow": slow, "named": named, "last": [int(last.get(r, 0)) for r in range(args.ranks)],
             "step_ms": [round(d["step_ms"], 1) for d in sorted(done, key=lambda d: d["rank"])]}
@@ -110,14 +100,12 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker:
         return worker(args)
-    with open("/proc/loadavg") as f:
-        load0 = " ".join(f.read().split()[:3])
+    load0 = " ".join(f"{x:.2f}" for x in os.getloadavg())
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for i in range(args.runs):
             rows.append(one_run(args, i % args.ranks, workdir))
-    with open("/proc/loadavg") as f:
-        load1 = " ".join(f.read().split()[:3])
+    load1 = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"`python bench/straggler_ddp.py --runs {args.runs} --ranks {args.ranks} --steps {args.steps} "
           f"--slower {args.slower}` — load average {load0} before, {load1} after\n")
     print("| run | slow rank | named | last arrivals per rank | step ms per rank |")
