@@ -23,8 +23,7 @@ import sys
 
 
 def _load() -> str:
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _run(cli: str, args: argparse.Namespace) -> list[dict]:
