@@ -1,7 +1,8 @@
 """all_reduce's, all_gather's and reduce_scatter's algorithm by payload, world size and transport
 (docs/algorithms.md): over shared memory the direct path's crossover falls as HETOBS_SMALL_BYTES /
-(n - 1), over TCP it stays at HETOBS_SMALL_BYTES; the ranks' records say which algorithm ran, and
-the results are exact."""
+(n - 1), over TCP it stays at HETOBS_SMALL_BYTES; above it all_reduce on one host over shared memory
+goes through the peers' memory (cma) where every rank may read and write every peer's, else the
+ring; the ranks' records say which algorithm ran, and the results are exact."""
 
 from __future__ import annotations
 
@@ -34,12 +35,13 @@ print(json.dumps({"bad": bad, "algos": algos}))
 comm.close()
 """
 
-D, R = "direct", "ring"
-# world, transport -> algorithm at 16 KiB, 32 KiB, 64 KiB, 64 KiB + 4 (default HETOBS_SMALL_BYTES 65536)
+D, R, C = "direct", "ring", "cma"
+# world, transport -> algorithm at 16 KiB, 32 KiB, 64 KiB, 64 KiB + 4 (default HETOBS_SMALL_BYTES 65536);
+# above direct's sizes every rank on one host over shared memory reads and writes its peers' memory
 CASES = [
-    (2, "shm", [D, D, D, R]),
-    (3, "shm", [D, D, R, R]),  # threshold 32 KiB
-    (4, "shm", [D, R, R, R]),  # threshold 21.3 KiB
+    (2, "shm", [D, D, D, C]),
+    (3, "shm", [D, D, C, C]),  # threshold 32 KiB
+    (4, "shm", [D, C, C, C]),  # threshold 21.3 KiB
     (4, "tcp", [D, D, D, R]),
 ]
 
@@ -109,3 +111,43 @@ def test_small_all_gather_and_reduce_scatter_run_direct(core: Any, tmp_path: Pat
             sizes = [s * world if op == "all_gather" else s for s in SIZES]
             got = [out["algos"][op].get(str(s)) for s in sizes]
             assert got == algs, (op, world, transport, r.rank, out["algos"][op])
+
+
+CMA_BODY = r"""
+import json, numpy as np, hetobs
+comm = hetobs.init()
+n, r = comm.size, comm.rank
+bad = []
+for i in range(3):
+    x = np.arange(1 << 18, dtype=np.float32) * (r + 1) + i
+    comm.all_reduce(x)
+    if not np.array_equal(x, np.arange(1 << 18, dtype=np.float32) * (n * (n + 1) / 2) + n * i):
+        bad.append(i)
+algos = [rec["algorithm"] for rec in comm.records() if rec.get("op") == "all_reduce"]
+read = sum(l["single_copy_bytes"] for l in comm.links())
+print(json.dumps({"bad": bad, "algos": algos, "read": read}))
+comm.close()
+"""
+
+
+@pytest.mark.parametrize("world,case,want", [
+    (2, "default", [C, C, C]),
+    (3, "one-rank-may-not", [C, R, R]),  # the op that finds it out runs the ring under cma's name
+    (2, "small=0", [R, R, R]),
+], ids=lambda v: str(v) if not isinstance(v, list) else "")
+def test_all_reduce_through_peers_memory_only_where_every_rank_may(core: Any, tmp_path: Path, world: int, case: str,
+                                                                   want: list[str]) -> None:
+    """1 MiB all_reduces: cma where every rank may read and write every peer's memory; one rank
+    with single copy off (its links never read a peer) makes every rank take the ring, and
+    HETOBS_SMALL_BYTES=0 forces it; exact either way."""
+    off = {"HETOBS_SHM_SINGLE_COPY_BYTES": str(1 << 62)}
+    env = {"HETOBS_SMALL_BYTES": "0"} if case == "small=0" else {}
+    rank_env = {world - 1: off} if case == "one-rank-may-not" else {}
+    with InlineJob(CMA_BODY, world, tmp_path, transport="shm", env=env, rank_env=rank_env) as job:
+        runs = job.wait(90)
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-3000:] for r in runs]
+    for r in runs:
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert out["bad"] == [] and out["algos"] == want, (case, r.rank, out)
+        if case == "default":  # each rank read (n-1)/n of the 1 MiB per op from its peers
+            assert out["read"] == 3 * (world - 1) * (1 << 20) // world, out

@@ -74,8 +74,13 @@ print("LINKS", json.dumps(comm.links()), flush=True)
 """
 
 
-def test_rank_stopped_while_peers_wait_in_single_copy_is_dumped_and_named(tmp_path: Path) -> None:
-    env = {"HETOBS_HANG_TIMEOUT": "1", "HETOBS_TIMEOUT": "60", "HETOBS_SHM_SINGLE_COPY_BYTES": THRESHOLD}
+@pytest.mark.parametrize("algorithm", ["ring", "cma"])
+def test_rank_stopped_while_peers_wait_in_single_copy_is_dumped_and_named(tmp_path: Path, algorithm: str) -> None:
+    """ring: the peers wait for rank 0 to read the buffers they named (HETOBS_SMALL_BYTES=0 forces
+    it); cma: they wait for rank 0's buffer address before touching its memory. Either way the
+    dumps and the diagnosis name rank 0 alone, and the job finishes once it runs again."""
+    env = {"HETOBS_HANG_TIMEOUT": "1", "HETOBS_TIMEOUT": "60", "HETOBS_SHM_SINGLE_COPY_BYTES": THRESHOLD,
+           **({"HETOBS_SMALL_BYTES": "0"} if algorithm == "ring" else {})}
     with InlineJob(STOPPED, 3, tmp_path, env=env) as job:
         rank0 = job.procs[0]
         os.waitpid(rank0.pid, os.WUNTRACED)  # returns once rank 0 is stopped
@@ -84,10 +89,12 @@ def test_rank_stopped_while_peers_wait_in_single_copy_is_dumped_and_named(tmp_pa
         for d in inc.values():
             flight = d["comms"][0]["in_flight"]
             assert flight["op"] == "all_reduce" and flight["collective_seq_id"] == 5, flight
-        # rank 2 named its block to rank 0 (its right) and waits for rank 0 to read it: over the
-        # ring (two copies) that send would be done, the block sitting in rank 0's ring
-        to0 = next(p for p in inc[2]["comms"][0]["in_flight"]["peers"] if p["peer"] == 0)["send"]
-        assert to0["sent"] >= 1 and to0["acked"] == 0 and to0["done"] == 0, to0
+            assert flight["algorithm"] == algorithm and 0 in {w["rank"] for w in flight["waiting_on"]}, flight
+        if algorithm == "ring":
+            # rank 2 named its block to rank 0 (its right) and waits for rank 0 to read it: over the
+            # ring (two copies) that send would be done, the block sitting in rank 0's ring
+            to0 = next(p for p in inc[2]["comms"][0]["in_flight"]["peers"] if p["peer"] == 0)["send"]
+            assert to0["sent"] >= 1 and to0["acked"] == 0 and to0["done"] == 0, to0
         proc = subprocess.run([sys.executable, "-m", "hetobs.cli", "diagnose", "--job", job.job_id, "--dir",
                                str(job.dir), "--json"], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -52,14 +52,22 @@ bool directFits(const Communicator& c, size_t bytes) {
 // connects only neighbours (links open on demand). Measured up to 4.
 constexpr int kDirectMaxRanks = 8;
 
+// all_reduce above direct's sizes goes through the peers' memory when every member is on this
+// host over shared memory (all_reduce_cma.cc), up to kDirectMaxRanks (it connects every pair),
+// unless HETOBS_SMALL_BYTES=0 forces the ring or an op found a link that may not (every rank
+// learnt that in the op, so all choose alike after it).
+bool cmaFits(const Communicator& c) {
+  return c.oneHostShm() && c.size() <= kDirectMaxRanks && c.smallBytes() > 0 && !c.peerMemoryRefused();
+}
+
 }  // namespace
 
 Algorithm chooseAlgorithm(const Communicator& c, const OpArgs& a) {
   const size_t es = dtypeSize(a.dtype);
   switch (a.op) {
     case OpKind::kAllReduce:
-      return directFits(c, a.send_count * es) || a.send_count < size_t(c.size()) ? Algorithm::kDirect
-                                                                                 : Algorithm::kRing;
+      if (directFits(c, a.send_count * es) || a.send_count < size_t(c.size())) return Algorithm::kDirect;
+      return cmaFits(c) ? Algorithm::kCma : Algorithm::kRing;
     case OpKind::kReduceScatter:  // S: the input
       return c.size() <= kDirectMaxRanks && directFits(c, a.send_count * es) ? Algorithm::kDirect : Algorithm::kRing;
     case OpKind::kAllGather:  // S: the gathered output

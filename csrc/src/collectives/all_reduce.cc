@@ -5,6 +5,8 @@
 //  - ring (bandwidth path): reduce-scatter then all-gather around the ring, n-1 steps
 //    each; every step streams its block in frames, reducing as frames arrive. Over TCP
 //    the steps are pipelined segment by segment (ring_pipeline.h).
+//  - cma (bandwidth path, every rank on this host over shared memory): each rank reduces its
+//    block straight from the peers' memory and writes it back into theirs (all_reduce_cma.cc).
 #include <cstring>
 
 #include "hetobs/collectives/algorithm.h"
@@ -68,7 +70,9 @@ void ring(Communicator& c, const OpArgs& a) {
 
 void allReduce(Communicator& c, const OpArgs& a) {
   if (c.size() == 1) return;  // avg over one rank is the identity
-  if (chooseAlgorithm(c, a) == Algorithm::kDirect) return direct(c, a);
+  const Algorithm algo = chooseAlgorithm(c, a);
+  if (algo == Algorithm::kDirect) return direct(c, a);
+  if (algo == Algorithm::kCma && allReduceCma(c, a)) return;
   if (ringPipelined(c)) return ringPipelinedAllReduce(c, a);  // TCP: steps overlap chunk by chunk
   ring(c, a);
 }

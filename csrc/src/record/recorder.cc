@@ -17,8 +17,8 @@ const char* opStateName(OpState s) {
   return uint8_t(s) < 4 ? kNames[uint8_t(s)] : "invalid";
 }
 const char* algorithmName(Algorithm a) {
-  static const char* kNames[] = {"none", "ring", "direct", "chain", "p2p"};
-  return uint8_t(a) < 5 ? kNames[uint8_t(a)] : "invalid";
+  static const char* kNames[] = {"none", "ring", "direct", "chain", "p2p", "cma"};
+  return uint8_t(a) < 6 ? kNames[uint8_t(a)] : "invalid";
 }
 const char* backendName(Backend b) {
   static const char* kNames[] = {"native", "gloo", "nccl", "mpi", "islands", "vendor"};

@@ -89,6 +89,14 @@ void Channel::noteActivity() {
   counters().last_activity_ns.store(now, std::memory_order_relaxed);
 }
 
+void Channel::readPeerMemory(uint64_t, void*, size_t) {
+  throw Error(strFormat("the link to %s cannot read the peer's memory (%s)", peer_.describe().c_str(), kind()));
+}
+
+void Channel::writePeerMemory(uint64_t, const void*, size_t) {
+  throw Error(strFormat("the link to %s cannot write the peer's memory (%s)", peer_.describe().c_str(), kind()));
+}
+
 std::string Channel::localAddress() const { return sockName(pollFd(), false); }
 std::string Channel::remoteAddress() const { return sockName(pollFd(), true); }
 

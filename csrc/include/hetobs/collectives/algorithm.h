@@ -29,6 +29,9 @@ void runCollective(Communicator& c, const OpArgs& a);
 bool neededPeers(const Communicator& c, const OpArgs& a, std::vector<int>* out);
 
 void allReduce(Communicator& c, const OpArgs& a);
+// all_reduce through the peers' memory (all_reduce_cma.cc); false, with nothing reduced, when a
+// rank may not read and write every peer's memory (every rank then runs the ring).
+bool allReduceCma(Communicator& c, const OpArgs& a);
 void reduceScatter(Communicator& c, const OpArgs& a);
 void allGather(Communicator& c, const OpArgs& a);
 void broadcast(Communicator& c, const OpArgs& a);

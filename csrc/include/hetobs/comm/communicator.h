@@ -136,6 +136,10 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   // (worked out from the members' cards, not from which links came up), so all ranks pick
   // the same algorithm.
   bool oneHostShm() const { return oneHostShm_; }
+  // An op found a rank that may not read and write every peer's memory (all_reduce_cma.cc):
+  // every rank learnt it in that op and runs the ring from then on.
+  bool peerMemoryRefused() const { return peerMemoryRefused_; }
+  void notePeerMemoryRefused() { peerMemoryRefused_ = true; }
   // Wait policy (progress.cc): when this host's members outnumber the CPUs this process may
   // run on, a waiting rank yields at once instead of busy-polling (spinning would keep the
   // peer it waits for off the core).
@@ -190,6 +194,7 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   std::unique_ptr<shm::Segment> segment_;           // ours (incoming rings, doorbell)
   bool anyShm_ = false, anyTcp_ = false;
   bool oneHostShm_ = false;
+  bool peerMemoryRefused_ = false;
   WaitPolicy wait_;  // spin, yield, sleep: adapts to how this communicator's waits end
   EpollSet epoll_;   // the op thread's wait on its sockets
 

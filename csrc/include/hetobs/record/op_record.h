@@ -9,7 +9,7 @@
 namespace hetobs {
 
 enum class OpState : uint8_t { kEnqueued = 0, kStarted = 1, kCompleted = 2, kFailed = 3 };
-enum class Algorithm : uint8_t { kNone = 0, kRing = 1, kDirect = 2, kChain = 3, kP2P = 4 };
+enum class Algorithm : uint8_t { kNone = 0, kRing = 1, kDirect = 2, kChain = 3, kP2P = 4, kCma = 5 };
 // Values are part of the dump format (names) and of the stats segment (codes): append only.
 // kIslands: a hierarchical op of the "hetobs_islands" torch backend (vendor collective inside
 // the island, host relay across islands), recorded once per rank.

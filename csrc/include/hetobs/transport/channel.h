@@ -163,6 +163,13 @@ class Channel {
   virtual uint64_t singleCopyBytes() const { return 0; }
   // Bytes this end wrote straight into the peer's buffer (shm push, single_copy.h). Any thread.
   virtual uint64_t pushBytes() const { return 0; }
+  // The peer's memory, read and written by an algorithm itself (all_reduce's "cma"): whether this
+  // end may (shared memory, the kernel allowed reading the peer at set-up; writing takes the same
+  // access), and the moves, which throw PeerError naming the peer when the kernel refuses one
+  // (ESRCH: the peer is gone). Counted as single-copy bytes received and bytes pushed.
+  virtual bool peerMemoryAccess() const { return false; }
+  virtual void readPeerMemory(uint64_t addr, void* dst, size_t len);
+  virtual void writePeerMemory(uint64_t addr, const void* src, size_t len);
 
   const PeerInfo& peer() const { return peer_; }
   // "ip:port" of this end and the peer's end of the TCP connection (the control connection

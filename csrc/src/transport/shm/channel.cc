@@ -282,19 +282,14 @@ bool ShmChannel::pushRest(SendItem& item, const OpDesc& desc) {
   ++pushOffers_;
   awaitingPushTo_ = false;
   // Piece by piece, each also copied to alsoCopyTo while it is in this core's cache.
-  int err = 0;
-  for (uint64_t at = pushAt_; at < item.len && err == 0; at += kPushPiece) {
+  for (uint64_t at = pushAt_; at < item.len; at += kPushPiece) {
     const size_t n = size_t(std::min<uint64_t>(kPushPiece, item.len - at));
     if (item.alsoCopyTo) {
       memcpy(item.alsoCopyTo + at, item.data + at, n);
       item.alsoCopied = size_t(at) + n;
     }
-    err = writePeer(peerPid_, to.aux + at, item.data + at, n);
+    mustWrite(to.aux + at, item.data + at, n);
   }
-  if (err != 0)
-    throw PeerError(strFormat("cannot write %llu bytes into %s's buffer (shared-memory push): %s",
-                              (unsigned long long)len, peer_.describe().c_str(), errnoString(err).c_str()),
-                    peer_.rank, err == ESRCH);
   LinkCounters::add(pushBytes_, len);
   FrameHeader h = dataHeader(desc, framesSent_, len, arrivalOut());
   h.aux = kPushedMark << kMarkShift;
@@ -381,25 +376,47 @@ bool ShmChannel::sendsSingleCopy(const SendItem& item, const OpDesc& desc) const
 void ShmChannel::receiveSingleCopy(RecvItem& item, const FrameHeader& h) {
   const size_t len = size_t(h.bytes);
   const uint64_t addr = addrOf(h.aux);
-  int err = 0;
   if (item.mode == RecvMode::kCopy) {
-    err = readPeer(peerPid_, addr, item.dst + item.offset, len);
+    mustRead(addr, item.dst + item.offset, len);
   } else {
     const size_t es = dtypeSize(item.dtype);
-    for (size_t done = 0; done < len && err == 0;) {
+    for (size_t done = 0; done < len;) {
       size_t n = std::min(len - done, reduceBuf_.size());
-      err = readPeer(peerPid_, addr + done, reduceBuf_.data(), n);
-      if (err == 0)
-        reduceInto(item.dtype, item.redop, item.dst + item.offset + done, item.local + item.offset + done,
-                   reduceBuf_.data(), n / es);
+      mustRead(addr + done, reduceBuf_.data(), n);
+      reduceInto(item.dtype, item.redop, item.dst + item.offset + done, item.local + item.offset + done,
+                 reduceBuf_.data(), n / es);
       done += n;
     }
   }
-  if (err != 0)
+  LinkCounters::add(singleCopyBytes_, len);
+}
+
+void ShmChannel::mustRead(uint64_t addr, void* dst, size_t len) const {
+  if (int err = readPeer(peerPid_, addr, dst, len))
     throw PeerError(strFormat("cannot read %zu bytes of %s's buffer (shared-memory single copy): %s", len,
                               peer_.describe().c_str(), errnoString(err).c_str()),
                     peer_.rank, err == ESRCH);
+}
+
+void ShmChannel::mustWrite(uint64_t addr, const void* src, size_t len) const {
+  if (int err = writePeer(peerPid_, addr, src, len))
+    throw PeerError(strFormat("cannot write %zu bytes into %s's buffer (shared-memory push): %s", len,
+                              peer_.describe().c_str(), errnoString(err).c_str()),
+                    peer_.rank, err == ESRCH);
+}
+
+void ShmChannel::readPeerMemory(uint64_t addr, void* dst, size_t len) {
+  mustRead(addr, dst, len);
   LinkCounters::add(singleCopyBytes_, len);
+  LinkCounters::add(counters().bytes_recv, len);
+  noteActivity();
+}
+
+void ShmChannel::writePeerMemory(uint64_t addr, const void* src, size_t len) {
+  mustWrite(addr, src, len);
+  LinkCounters::add(pushBytes_, len);
+  LinkCounters::add(counters().bytes_sent, len);
+  noteActivity();
 }
 
 bool ShmChannel::pollControl() {

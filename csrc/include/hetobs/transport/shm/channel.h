@@ -35,6 +35,9 @@ class ShmChannel : public Channel {
   const char* kind() const override { return "shm"; }
   uint64_t singleCopyBytes() const override { return singleCopyBytes_.load(std::memory_order_relaxed); }
   uint64_t pushBytes() const override { return pushBytes_.load(std::memory_order_relaxed); }
+  bool peerMemoryAccess() const override { return readsPeer_; }
+  void readPeerMemory(uint64_t addr, void* dst, size_t len) override;
+  void writePeerMemory(uint64_t addr, const void* src, size_t len) override;
 
  private:
   void copyOut(uint64_t pos, void* dst, size_t len) const;       // from the in ring
@@ -49,6 +52,9 @@ class ShmChannel : public Channel {
   uint64_t pieceBytes(size_t len) const;
   bool sendsSingleCopy(const SendItem& item, const OpDesc& desc) const;
   void receiveSingleCopy(RecvItem& item, const FrameHeader& h);  // read the named bytes from the sender
+  // Move bytes from or into the peer's memory; PeerError naming the peer if the kernel refuses.
+  void mustRead(uint64_t addr, void* dst, size_t len) const;
+  void mustWrite(uint64_t addr, const void* src, size_t len) const;
   // Mail slots (segment.h): send a frame of at most kMailPayload bytes through one (false:
   // every slot is still held, use the ring); whether the frame due next waits in its slot;
   // take it.
