@@ -37,11 +37,11 @@ comm.close()
 
 D, R, C = "direct", "ring", "cma"
 # world, transport -> algorithm at 16 KiB, 32 KiB, 64 KiB, 64 KiB + 4 (default HETOBS_SMALL_BYTES 65536);
-# above direct's sizes every rank on one host over shared memory reads and writes its peers' memory
+# on one host over shared memory all_reduce goes through the peers' memory from 16 KiB (65536 / 4)
 CASES = [
-    (2, "shm", [D, D, D, C]),
-    (3, "shm", [D, D, C, C]),  # threshold 32 KiB
-    (4, "shm", [D, C, C, C]),  # threshold 21.3 KiB
+    (2, "shm", [D, C, C, C]),
+    (3, "shm", [D, C, C, C]),
+    (4, "shm", [D, C, C, C]),
     (4, "tcp", [D, D, D, R]),
 ]
 

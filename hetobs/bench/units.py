@@ -103,8 +103,11 @@ def plan_iters(size: int, quick: bool = False) -> tuple[int, int]:
     moves about 256 MiB (32 MiB in quick mode) and the 64 MiB case stays short on 2 cores.
     Up to 2,000 ops per batch: a batch of 100 small ops lasted 0.2-0.5 ms, so one lost time
     slice (the runner, a timer) moved it by 20-50% (16 KiB ratios to Open MPI from 0.41 to
-    1.28 between runs of the same build; alone, both sides varied under 5%)."""
-    budget, lo, hi = (32 * MiB, 2, 20) if quick else (256 * MiB, 3, 2000)
+    1.28 between runs of the same build; alone, both sides varied under 5%). At least 10 (as
+    nccl-tests' 20): the ranks start a batch when each gets the runner's word, not together,
+    and with 4 ops of 64 MiB that skew was ~15% of the batch (2 ranks: 6.9 GB/s in the bench
+    against 8.1 in a loop of the same op, bench/small_ops.py)."""
+    budget, lo, hi = (32 * MiB, 2, 20) if quick else (256 * MiB, 10, 2000)
     iters = max(lo, min(hi, budget // max(1, size)))
     warmup = 1 if quick else max(1, min(10, iters // 5))
     return warmup, iters

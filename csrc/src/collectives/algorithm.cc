@@ -41,11 +41,12 @@ namespace {
 // of one per step: measured even with the ring or behind from 32-64 KiB at 3-4 ranks
 // (docs/algorithms.md). Over TCP each of the ring's dependent steps costs a wake-up in poll(),
 // which keeps direct ahead up to the plain threshold.
-bool directFits(const Communicator& c, size_t bytes) {
+size_t directLimit(const Communicator& c) {
   size_t small = c.smallBytes();
   if (c.oneHostShm() && c.size() > 2) small /= size_t(c.size() - 1);
-  return bytes <= small;
+  return small;
 }
+bool directFits(const Communicator& c, size_t bytes) { return bytes <= directLimit(c); }
 
 // all_gather and reduce_scatter take direct only up to this many ranks: it connects every
 // pair, and a larger world would for one small all_gather (split() runs one) where the ring
@@ -56,6 +57,9 @@ constexpr int kDirectMaxRanks = 8;
 // host over shared memory (all_reduce_cma.cc), up to kDirectMaxRanks (it connects every pair),
 // unless HETOBS_SMALL_BYTES=0 forces the ring or an op found a link that may not (every rank
 // learnt that in the op, so all choose alike after it).
+// Where cma runs, all_reduce's direct keeps payloads up to this share of HETOBS_SMALL_BYTES (16 KiB
+// at the default): cma passed direct between 8 and 16 KiB at 2, 3 and 4 ranks (docs/algorithms.md).
+constexpr size_t kCmaDirectShare = 4;
 bool cmaFits(const Communicator& c) {
   return c.oneHostShm() && c.size() <= kDirectMaxRanks && c.smallBytes() > 0 && !c.peerMemoryRefused();
 }
@@ -65,9 +69,13 @@ bool cmaFits(const Communicator& c) {
 Algorithm chooseAlgorithm(const Communicator& c, const OpArgs& a) {
   const size_t es = dtypeSize(a.dtype);
   switch (a.op) {
-    case OpKind::kAllReduce:
-      if (directFits(c, a.send_count * es) || a.send_count < size_t(c.size())) return Algorithm::kDirect;
-      return cmaFits(c) ? Algorithm::kCma : Algorithm::kRing;
+    case OpKind::kAllReduce: {
+      const size_t bytes = a.send_count * es;
+      if (a.send_count < size_t(c.size())) return Algorithm::kDirect;
+      if (cmaFits(c)) return bytes <= std::min(directLimit(c), c.smallBytes() / kCmaDirectShare) ? Algorithm::kDirect
+                                                                                              : Algorithm::kCma;
+      return directFits(c, bytes) ? Algorithm::kDirect : Algorithm::kRing;
+    }
     case OpKind::kReduceScatter:  // S: the input
       return c.size() <= kDirectMaxRanks && directFits(c, a.send_count * es) ? Algorithm::kDirect : Algorithm::kRing;
     case OpKind::kAllGather:  // S: the gathered output
