@@ -151,3 +151,43 @@ def test_all_reduce_through_peers_memory_only_where_every_rank_may(core: Any, tm
         assert out["bad"] == [] and out["algos"] == want, (case, r.rank, out)
         if case == "default":  # each rank read (n-1)/n of the 1 MiB per op from its peers
             assert out["read"] == 3 * (world - 1) * (1 << 20) // world, out
+
+
+EXACT_BODY = r"""
+import json, numpy as np, hetobs
+comm = hetobs.init()
+n, r = comm.size, comm.rank
+bad, algos = [], set()
+# uneven blocks of several 256 KiB pieces, each with a remainder, and one just above direct's 16 KiB
+for count in (300007, 16411):
+    for dt in ("int8", "uint8", "int32", "int64", "float16", "float32", "float64"):
+        for op in ["sum", "prod", "min", "max"] + (["avg"] if dt.startswith("float") else []):
+            def part(p):
+                rng = np.random.default_rng(p * 1000 + count)
+                return (rng.integers(-2, 3, count) if op == "prod" else rng.integers(-50, 50, count)).astype(dt)
+            x = part(r)
+            comm.all_reduce(x, op=op)
+            parts = [part(p) for p in range(n)]
+            fold = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}[op]
+            want = parts[0]
+            for q in parts[1:]:
+                want = fold(want, q)
+            if op == "avg":
+                want = (want / n).astype(dt)
+            if x.tobytes() != want.tobytes():
+                bad.append((count, dt, op))
+algos = sorted({rec["algorithm"] for rec in comm.records() if rec.get("op") == "all_reduce"})
+print(json.dumps({"bad": bad, "algos": algos}))
+comm.close()
+"""
+
+
+def test_cma_is_exact_for_every_dtype_and_reduction(core: Any, tmp_path: Path) -> None:
+    """cma at 3 ranks, uneven blocks of several pieces (and one just above direct's sizes): every
+    dtype and reduction equals numpy's over the three inputs, on every rank."""
+    with InlineJob(EXACT_BODY, 3, tmp_path, transport="shm") as job:
+        runs = job.wait(120)
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-3000:] for r in runs]
+    for r in runs:
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert out["bad"] == [] and out["algos"] == ["cma"], (r.rank, out)
