@@ -165,6 +165,12 @@ bool ShmChannel::progressSend(SendItem& item, const OpDesc& desc) {
     if (named) namedUntil_ = framesSent_;
     moved = true;
   }
+  // All of it went out and no named buffer of ours waits for the peer: done without reading the
+  // peer's acknowledgement line, which its core writes per frame (three such reads per 8 B
+  // all_reduce at 4 ranks cost ~15% of it: docs/PERF.md "Toward the limit"). Mail slots read it
+  // when they run short (postMail), and pollControl() brings the op's acked count up to date
+  // while the op waits, for dumps.
+  if (item.offset == item.len && item.frames > 0 && namedUntil_ <= seenAcked_) return noteSendDone(item);
   // Acquire: the peer's reads of our buffer happened before it acknowledged them.
   uint64_t acked = out_->consumed_frames.load(std::memory_order_acquire);
   noteAcked(acked);
@@ -421,6 +427,11 @@ void ShmChannel::writePeerMemory(uint64_t addr, const void* src, size_t len) {
 
 bool ShmChannel::pollControl() {
   bool changed = false;
+  // Sends that finished without reading the peer's acknowledgements (progressSend): this op's
+  // acked count, for a dump of an op that waits. Before the op's first send the count belongs
+  // to the op before it, so only after one.
+  if (progress().send_posted.load(std::memory_order_relaxed) > 0)
+    noteAcked(out_->consumed_frames.load(std::memory_order_acquire));
   if (!closed_) {
     FrameHeader h;
     ssize_t n = recv(ctl_, &h, sizeof h, MSG_DONTWAIT | MSG_PEEK);
