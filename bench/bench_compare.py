@@ -21,9 +21,7 @@ import statistics
 import subprocess
 import sys
 
-
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+from hetobs.bench.units import load_average
 
 
 def _run(cli: str, args: argparse.Namespace) -> list[dict]:
@@ -46,7 +44,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=6)
     args = ap.parse_args()
-    load0 = _load()
+    load0 = load_average()
     got: dict[tuple[str, str, int], dict[str, list[float]]] = {}
     for i in range(args.rounds):
         for which in (("before", "after") if i % 2 == 0 else ("after", "before")):
@@ -56,7 +54,7 @@ def main() -> None:
                 cell["busbw"].append(float(row["busbw"]))
     print(f"`python bench/bench_compare.py --before {args.before} --after {args.after} --backends {args.backends} "
           f"--sizes {args.sizes} --ranks {args.ranks} --reps {args.reps} --rounds {args.rounds}` "
-          f"— load average {load0} before, {_load()} after\n")
+          f"— load average {load0} before, {load_average()} after\n")
     print("| backend | size | before us | after us | after / before (time) | before GB/s | after GB/s |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for (which, backend, size) in sorted(k for k in got if k[0] == "before"):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -52,9 +51,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, default=2)
     args = ap.parse_args()
+    from hetobs.bench.units import load_average
     from hetobs.launch_local import LocalJob
 
-    print(f"`python bench/cma_buffers.py --ranks {args.ranks}`; load average {os.getloadavg()[0]:.2f} at start; "
+    print(f"`python bench/cma_buffers.py --ranks {args.ranks}`; load average {load_average()} at start; "
           "busbw GB/s (rank 0)\n")
     print("| algorithm | " + " | ".join(f"{k} {s >> 20} MiB" for k in ("torch", "numpy") for s in SIZES) + " |")
     print("|---|" + "---|" * (2 * len(SIZES)))
@@ -71,7 +71,7 @@ def main() -> int:
             print(f"{name}: ran {res['algorithms']}", file=sys.stderr)
             return 1
         print(f"| {name} | " + " | ".join(f"{v:.2f}" for v in res["busbw"].values()) + " |")
-    print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
+    print(f"\nload average {load_average()} at the end")
     return 0
 
 

@@ -26,11 +26,7 @@ import statistics
 import subprocess
 import sys
 
-from hetobs.bench.units import format_size
-
-
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+from hetobs.bench.units import format_size, load_average
 
 
 def _rate(args: argparse.Namespace) -> float:
@@ -97,7 +93,7 @@ def interleaved(args: argparse.Namespace) -> None:
                                 log_dir=os.path.join(workdir, "on" if digest else "off"),
                                 hetobs_dir=os.path.join(workdir, "hetobs"), job_id=new_job_id("dcost-"), env=env,
                                 stdin="pipe", stdout="pipe").start()
-    load0 = _load()
+    load0 = load_average()
     gbps: dict[tuple[int, bool], list[float]] = {}
     try:
         for i in range(args.rounds):
@@ -123,7 +119,7 @@ def interleaved(args: argparse.Namespace) -> None:
     rate = _rate(args)
     print(f"`python bench/digest_cost.py --interleaved --sizes {args.sizes} --backends hetobs-{transport} --ranks "
           f"{args.ranks} --rounds {args.rounds}" + (f" --rate {args.rate}" if args.rate is not None else "")
-          + f"` (rate {rate}) — load average {load0} before, {_load()} after\n")
+          + f"` (rate {rate}) — load average {load0} before, {load_average()} after\n")
     print("| transport | size | busbw off GB/s | busbw on GB/s | on / off (medians) | median of paired ratios |")
     print("|---|---|---|---|---|---|")
     for size in sizes:
@@ -149,7 +145,7 @@ def main() -> None:
         return worker()
     if args.interleaved:
         return interleaved(args)
-    load0 = _load()
+    load0 = load_average()
     busbw: dict[tuple[str, int, bool], list[float]] = {}
     for i in range(args.rounds):
         # Alternate which goes first: the load of a shared machine drifts between batches.
@@ -158,7 +154,7 @@ def main() -> None:
                 busbw.setdefault((row["backend"], row["size"], digest), []).append(row["busbw"])
     print(f"`python bench/digest_cost.py --sizes {args.sizes} --backends {args.backends} --ranks {args.ranks} "
           f"--rounds {args.rounds} --reps {args.reps}" + (f" --rate {args.rate}" if args.rate is not None else "")
-          + f"` — load average {load0} before, {_load()} after\n")
+          + f"` — load average {load0} before, {load_average()} after\n")
     print("| backend | size | busbw off GB/s | busbw on GB/s | on / off (medians) | on / off per round (paired) "
           "| best off | best on | on / off (best) |")
     print("|---|---|---|---|---|---|---|---|---|")

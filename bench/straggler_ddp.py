@@ -100,12 +100,14 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker:
         return worker(args)
-    load0 = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    from hetobs.bench.units import load_average
+
+    load0 = load_average()
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for i in range(args.runs):
             rows.append(one_run(args, i % args.ranks, workdir))
-    load1 = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    load1 = load_average()
     print(f"`python bench/straggler_ddp.py --runs {args.runs} --ranks {args.ranks} --steps {args.steps} "
           f"--slower {args.slower}` — load average {load0} before, {load1} after\n")
     print("| run | slow rank | named | last arrivals per rank | step ms per rank |")

@@ -8,13 +8,15 @@ all_to_all), algbw = size / time, busbw = algbw x `bus_factor(op, n)`.
 
 from __future__ import annotations
 
+import os
+
 import re
 
 from ..codes import busbw_factor
 
 __all__ = [
-    "DEFAULT_SIZES", "DTYPES", "OPS", "QUICK_SIZES", "bus_factor", "element_count", "format_size", "parse_size",
-    "parse_sizes", "plan_iters",
+    "DEFAULT_SIZES", "DTYPES", "OPS", "QUICK_SIZES", "bus_factor", "element_count", "format_size", "load_average",
+    "parse_size", "parse_sizes", "plan_iters",
 ]
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -96,6 +98,11 @@ def format_size(n: int) -> str:
     if n >= KiB:
         return f"{n / KiB:.1f} KiB"
     return f"{n} B"
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as a bench prints them beside its numbers."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def plan_iters(size: int, quick: bool = False) -> tuple[int, int]:
