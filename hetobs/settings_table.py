@@ -129,7 +129,8 @@ SETTINGS: Tuple[Spec, ...] = (
          "all_reduce, all_gather (gathered size) and reduce_scatter (input size) payloads up to this size use the "
          "latency path (direct exchange; all_gather and reduce_scatter up to 8 ranks); on a communicator all on "
          "one host over shared memory, up to this size divided by (ranks - 1), and all_reduce there up to a quarter "
-         "of it at most, cma above (docs/algorithms.md). 0 forces the ring."),
+         "of it at most, cma above; from 3 ranks there, all_gather and reduce_scatter above it go through the "
+         "peers' memory too (cma; docs/algorithms.md). 0 forces the ring."),
     _int("HETOBS_SHM_SINGLE_COPY_BYTES", "131072", 0, 1 << 62,
          "Shared-memory collective messages of at least this many bytes are read by the receiver straight out of "
          "the sender's buffer (one copy, process_vm_readv) instead of through the ring (two copies), where the "

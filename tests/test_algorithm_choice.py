@@ -16,6 +16,8 @@ from _inline import InlineJob
 
 pytestmark = pytest.mark.slow
 
+D, R, C = "direct", "ring", "cma"
+
 BODY = r"""
 import json, numpy as np, hetobs
 comm = hetobs.init()
@@ -35,7 +37,6 @@ print(json.dumps({"bad": bad, "algos": algos}))
 comm.close()
 """
 
-D, R, C = "direct", "ring", "cma"
 # world, transport -> algorithm at 16 KiB, 32 KiB, 64 KiB, 64 KiB + 4 (default HETOBS_SMALL_BYTES 65536);
 # on one host over shared memory all_reduce goes through the peers' memory from 16 KiB (65536 / 4)
 CASES = [
@@ -87,7 +88,9 @@ SIZES = (8, 4096, 32768, 32772, 65536, 65540)
 # world, transport, HETOBS_SMALL_BYTES -> {op: algorithm at each size of SIZES (the op's record bytes:
 # all_gather's is the gathered size, world x the input)}
 OTHER_CASES = [
-    (3, "shm", None, {"all_gather": [D, D, R, R, R, R], "reduce_scatter": [D, D, D, R, R, R]}),  # 65536 / 2
+    # direct to 65536 / (n - 1) on one host over shared memory, through the peers' memory above 65536
+    (3, "shm", None, {"all_gather": [D, D, C, C, C, C], "reduce_scatter": [D, D, D, R, R, C]}),
+    (4, "shm", None, {"all_gather": [D, D, C, C, C, C], "reduce_scatter": [D, D, R, R, R, C]}),
     (4, "tcp", None, {"all_gather": [D, D, R, R, R, R], "reduce_scatter": [D, D, D, D, D, R]}),
     (3, "shm", "0", {"all_gather": [R] * 6, "reduce_scatter": [R] * 6}),
 ]
@@ -191,3 +194,68 @@ def test_cma_is_exact_for_every_dtype_and_reduction(core: Any, tmp_path: Path) -
     for r in runs:
         out = json.loads(r.stdout.strip().splitlines()[-1])
         assert out["bad"] == [] and out["algos"] == ["cma"], (r.rank, out)
+
+
+OTHERS_EXACT_BODY = r"""
+import json, numpy as np, hetobs
+comm = hetobs.init()
+n, r = comm.size, comm.rank
+bad = []
+def part(p, count, dt, op):
+    rng = np.random.default_rng(p * 1000 + count)
+    return (rng.integers(-2, 3, count) if op == "prod" else rng.integers(-50, 50, count)).astype(dt)
+def split(count, p):
+    return (count // n) * p + min(p, count % n), count // n + (1 if p < count % n else 0)
+# uneven blocks of several 256 KiB pieces, each with a remainder
+for count in (300007,):
+    for dt in ("int8", "uint8", "int32", "int64", "float16", "float32", "float64"):
+        for op in ["sum", "prod", "min", "max"] + (["avg"] if dt.startswith("float") else []):
+            x = part(r, count, dt, op)
+            parts = [part(p, count, dt, op) for p in range(n)]
+            fold = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}[op]
+            want = parts[0]
+            for q in parts[1:]:
+                want = fold(want, q)
+            if op == "avg":
+                want = (want / n).astype(dt)
+            lo, ln = split(count, r)
+            out = np.zeros(ln, dt)
+            comm.reduce_scatter(out, x, op=op)
+            if out.tobytes() != want[lo:lo + ln].tobytes():
+                bad.append(("reduce_scatter", dt, op))
+            inplace = x.copy()  # the output is this rank's block of the input
+            comm.reduce_scatter(inplace[lo:lo + ln], inplace, op=op)
+            if inplace[lo:lo + ln].tobytes() != want[lo:lo + ln].tobytes():
+                bad.append(("reduce_scatter in place", dt, op))
+        block = count // n + 1
+        mine = part(r, block, dt, "sum")
+        gathered = np.zeros(block * n, dt)
+        comm.all_gather(gathered, mine)
+        if gathered.tobytes() != np.concatenate([part(p, block, dt, "sum") for p in range(n)]).tobytes():
+            bad.append(("all_gather", dt))
+        inplace = np.zeros(block * n, dt)
+        inplace[r * block:(r + 1) * block] = mine
+        comm.all_gather(inplace, inplace[r * block:(r + 1) * block])
+        if inplace.tobytes() != gathered.tobytes():
+            bad.append(("all_gather in place", dt))
+algos = sorted({f'{rec["op"]}:{rec["algorithm"]}' for rec in comm.records()
+                if rec.get("op") in ("all_gather", "reduce_scatter")})
+print(json.dumps({"bad": bad, "algos": algos}))
+comm.close()
+"""
+
+
+@pytest.mark.parametrize("case", ["default", "one-rank-may-not"])
+def test_reduce_scatter_and_all_gather_through_peers_memory_are_exact(core: Any, tmp_path: Path, case: str) -> None:
+    """reduce_scatter and all_gather at 3 ranks over uneven blocks of several pieces, in place and
+    not: every dtype and reduction equals numpy's on every rank, through the peers' memory where
+    every rank may read and write every peer's, else (one rank with single copy off) the ring."""
+    rank_env = {2: {"HETOBS_SHM_SINGLE_COPY_BYTES": str(1 << 62)}} if case == "one-rank-may-not" else {}
+    with InlineJob(OTHERS_EXACT_BODY, 3, tmp_path, transport="shm", rank_env=rank_env) as job:
+        runs = job.wait(180)
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-3000:] for r in runs]
+    want = (["all_gather:cma", "reduce_scatter:cma"] if case == "default"
+            else ["all_gather:ring", "reduce_scatter:cma", "reduce_scatter:ring"])  # the first op finds it out
+    for r in runs:
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert out["bad"] == [] and out["algos"] == want, (case, r.rank, out)

@@ -54,7 +54,7 @@ bool directFits(const Communicator& c, size_t bytes) { return bytes <= directLim
 constexpr int kDirectMaxRanks = 8;
 
 // all_reduce above direct's sizes goes through the peers' memory when every member is on this
-// host over shared memory (all_reduce_cma.cc), up to kDirectMaxRanks (it connects every pair),
+// host over shared memory (cma.cc), up to kDirectMaxRanks (it connects every pair),
 // unless HETOBS_SMALL_BYTES=0 forces the ring or an op found a link that may not (every rank
 // learnt that in the op, so all choose alike after it).
 // Where cma runs, all_reduce's direct keeps payloads up to this share of HETOBS_SMALL_BYTES (16 KiB
@@ -62,6 +62,15 @@ constexpr int kDirectMaxRanks = 8;
 constexpr size_t kCmaDirectShare = 4;
 bool cmaFits(const Communicator& c) {
   return c.oneHostShm() && c.size() <= kDirectMaxRanks && c.smallBytes() > 0 && !c.peerMemoryRefused();
+}
+
+// reduce_scatter and all_gather go through the peers' memory where all_reduce's cma would run,
+// from 3 ranks (at 2 the ring's one step already reads, or for all_gather writes, the peer's
+// buffer in one copy) and above HETOBS_SMALL_BYTES: between direct's sizes and that, the ring
+// led cma by up to 1.5x (32 KiB) or tied it, cma led from 128-256 KiB (3 and 4 ranks,
+// docs/algorithms.md).
+bool othersCmaFits(const Communicator& c, size_t bytes) {
+  return c.size() > 2 && cmaFits(c) && bytes > c.smallBytes();
 }
 
 }  // namespace
@@ -77,9 +86,11 @@ Algorithm chooseAlgorithm(const Communicator& c, const OpArgs& a) {
       return directFits(c, bytes) ? Algorithm::kDirect : Algorithm::kRing;
     }
     case OpKind::kReduceScatter:  // S: the input
-      return c.size() <= kDirectMaxRanks && directFits(c, a.send_count * es) ? Algorithm::kDirect : Algorithm::kRing;
+      if (c.size() <= kDirectMaxRanks && directFits(c, a.send_count * es)) return Algorithm::kDirect;
+      return othersCmaFits(c, a.send_count * es) ? Algorithm::kCma : Algorithm::kRing;
     case OpKind::kAllGather:  // S: the gathered output
-      return c.size() <= kDirectMaxRanks && directFits(c, a.recv_count * es) ? Algorithm::kDirect : Algorithm::kRing;
+      if (c.size() <= kDirectMaxRanks && directFits(c, a.recv_count * es)) return Algorithm::kDirect;
+      return othersCmaFits(c, a.recv_count * es) ? Algorithm::kCma : Algorithm::kRing;
     case OpKind::kBroadcast:
     case OpKind::kReduce:
       return Algorithm::kChain;

@@ -3,6 +3,8 @@
 //    receives theirs into place: one round of messages instead of n-1 dependent steps
 //    (each a wake-up of the next rank), the same bytes per rank as the ring.
 //  - ring: n-1 steps; each rank forwards the block it received last step.
+//  - cma (3 to 8 ranks on this host over shared memory): each rank writes its block into every
+//    peer's output (cma.cc).
 // Both send this rank's own block from the caller's input, and copy it into the output
 // last: sent from the output, it was a block this core had just written, which the
 // peer's single-copy read then pulled out of our cache while our next op's copy wrote it
@@ -59,8 +61,9 @@ void allGather(Communicator& c, const OpArgs& a) {
   uint8_t* mine = a.recv + size_t(r) * bytes;
   size_t copied = 0;
   if (c.size() > 1) {
-    if (chooseAlgorithm(c, a) == Algorithm::kDirect) direct(c, a, bytes);
-    else copied = ring(c, a, bytes, mine);
+    const Algorithm algo = chooseAlgorithm(c, a);
+    if (algo == Algorithm::kDirect) direct(c, a, bytes);
+    else if (algo != Algorithm::kCma || !allGatherCma(c, a)) copied = ring(c, a, bytes, mine);
   }
   if (bytes > copied && mine != a.send) memcpy(mine + copied, a.send + copied, bytes - copied);
 }

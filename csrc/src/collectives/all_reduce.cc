@@ -6,7 +6,7 @@
 //    each; every step streams its block in frames, reducing as frames arrive. Over TCP
 //    the steps are pipelined segment by segment (ring_pipeline.h).
 //  - cma (bandwidth path, every rank on this host over shared memory): each rank reduces its
-//    block straight from the peers' memory and writes it back into theirs (all_reduce_cma.cc).
+//    block straight from the peers' memory and writes it back into theirs (cma.cc).
 #include <cstring>
 
 #include "hetobs/collectives/algorithm.h"

@@ -4,6 +4,8 @@
 //    instead of n-1 dependent steps, the same bytes per rank as the ring.
 //  - ring: partial sums travel in two ping-pong scratch blocks; the last step reduces
 //    straight into the output.
+//  - cma (3 to 8 ranks on this host over shared memory): each rank folds its block of every
+//    peer's input straight out of the peer's memory (cma.cc).
 #include <algorithm>
 #include <cstring>
 
@@ -78,8 +80,9 @@ void reduceScatter(Communicator& c, const OpArgs& a) {
     if (a.recv_count) memcpy(a.recv, a.send, a.recv_count * dtypeSize(a.dtype));
     return;
   }
-  if (chooseAlgorithm(c, a) == Algorithm::kDirect) direct(c, a);
-  else ring(c, a);
+  const Algorithm algo = chooseAlgorithm(c, a);
+  if (algo == Algorithm::kDirect) direct(c, a);
+  else if (algo != Algorithm::kCma || !reduceScatterCma(c, a)) ring(c, a);
   if (a.redop == RedOp::kAvg) divideBy(a.dtype, a.recv, a.recv_count, double(n));
 }
 

@@ -29,9 +29,12 @@ void runCollective(Communicator& c, const OpArgs& a);
 bool neededPeers(const Communicator& c, const OpArgs& a, std::vector<int>* out);
 
 void allReduce(Communicator& c, const OpArgs& a);
-// all_reduce through the peers' memory (all_reduce_cma.cc); false, with nothing reduced, when a
-// rank may not read and write every peer's memory (every rank then runs the ring).
+// all_reduce, reduce_scatter and all_gather through the peers' memory (cma.cc); false, with
+// nothing moved, when a rank may not read and write every peer's memory (every rank then runs
+// the ring).
 bool allReduceCma(Communicator& c, const OpArgs& a);
+bool reduceScatterCma(Communicator& c, const OpArgs& a);
+bool allGatherCma(Communicator& c, const OpArgs& a);
 void reduceScatter(Communicator& c, const OpArgs& a);
 void allGather(Communicator& c, const OpArgs& a);
 void broadcast(Communicator& c, const OpArgs& a);

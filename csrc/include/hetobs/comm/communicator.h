@@ -136,7 +136,7 @@ class Communicator : public Observed, public std::enable_shared_from_this<Commun
   // (worked out from the members' cards, not from which links came up), so all ranks pick
   // the same algorithm.
   bool oneHostShm() const { return oneHostShm_; }
-  // An op found a rank that may not read and write every peer's memory (all_reduce_cma.cc):
+  // An op found a rank that may not read and write every peer's memory (cma.cc):
   // every rank learnt it in that op and runs the ring from then on.
   bool peerMemoryRefused() const { return peerMemoryRefused_; }
   void notePeerMemoryRefused() { peerMemoryRefused_ = true; }
