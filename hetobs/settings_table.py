@@ -136,7 +136,7 @@ SETTINGS: Tuple[Spec, ...] = (
          "the sender's buffer (one copy, process_vm_readv) instead of through the ring (two copies), where the "
          "kernel allows it (same uid, ptrace permitted; else the ring, logged at debug); a two-rank broadcast "
          "from 256 KiB splits that copy, the root writing the second half into the receiver's buffer "
-         "(process_vm_writev). 4611686018427387904 (2^62) turns both off, and with them all_reduce through the "
+         "(process_vm_writev). 4611686018427387904 (2^62) turns both off, and with them the collectives through the "
          "peers' memory (cma) on every communicator this rank is in (docs/algorithms.md has the crossover)."),
     _flag("HETOBS_DIGEST", "0",
           "1: compare a digest of each sampled all_reduce, all_gather and broadcast result across the ranks of the "
