@@ -156,29 +156,38 @@ def test_all_reduce_through_peers_memory_only_where_every_rank_may(core: Any, tm
             assert out["read"] == 3 * (world - 1) * (1 << 20) // world, out
 
 
+# Every rank's input and numpy's reduction of them, for the rank programs below (after n is set).
+WANT_HELPERS = r"""
+def part(p, count, dt, op):
+    rng = np.random.default_rng(p * 1000 + count)
+    return (rng.integers(-2, 3, count) if op == "prod" else rng.integers(-50, 50, count)).astype(dt)
+def reduced(count, dt, op):
+    fold = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}[op]
+    want = part(0, count, dt, op)
+    for p in range(1, n):
+        want = fold(want, part(p, count, dt, op))
+    return (want / n).astype(dt) if op == "avg" else want
+"""
+DTYPES_AND_OPS = r"""
+def dtypes_and_ops():
+    for dt in ("int8", "uint8", "int32", "int64", "float16", "float32", "float64"):
+        for op in ["sum", "prod", "min", "max"] + (["avg"] if dt.startswith("float") else []):
+            yield dt, op
+"""
+
 EXACT_BODY = r"""
 import json, numpy as np, hetobs
 comm = hetobs.init()
 n, r = comm.size, comm.rank
-bad, algos = [], set()
+""" + WANT_HELPERS + DTYPES_AND_OPS + r"""
+bad = []
 # uneven blocks of several 256 KiB pieces, each with a remainder, and one just above direct's 16 KiB
 for count in (300007, 16411):
-    for dt in ("int8", "uint8", "int32", "int64", "float16", "float32", "float64"):
-        for op in ["sum", "prod", "min", "max"] + (["avg"] if dt.startswith("float") else []):
-            def part(p):
-                rng = np.random.default_rng(p * 1000 + count)
-                return (rng.integers(-2, 3, count) if op == "prod" else rng.integers(-50, 50, count)).astype(dt)
-            x = part(r)
-            comm.all_reduce(x, op=op)
-            parts = [part(p) for p in range(n)]
-            fold = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}[op]
-            want = parts[0]
-            for q in parts[1:]:
-                want = fold(want, q)
-            if op == "avg":
-                want = (want / n).astype(dt)
-            if x.tobytes() != want.tobytes():
-                bad.append((count, dt, op))
+    for dt, op in dtypes_and_ops():
+        x = part(r, count, dt, op)
+        comm.all_reduce(x, op=op)
+        if x.tobytes() != reduced(count, dt, op).tobytes():
+            bad.append((count, dt, op))
 algos = sorted({rec["algorithm"] for rec in comm.records() if rec.get("op") == "all_reduce"})
 print(json.dumps({"bad": bad, "algos": algos}))
 comm.close()
@@ -200,44 +209,33 @@ OTHERS_EXACT_BODY = r"""
 import json, numpy as np, hetobs
 comm = hetobs.init()
 n, r = comm.size, comm.rank
+""" + WANT_HELPERS + DTYPES_AND_OPS + r"""
 bad = []
-def part(p, count, dt, op):
-    rng = np.random.default_rng(p * 1000 + count)
-    return (rng.integers(-2, 3, count) if op == "prod" else rng.integers(-50, 50, count)).astype(dt)
-def split(count, p):
-    return (count // n) * p + min(p, count % n), count // n + (1 if p < count % n else 0)
-# uneven blocks of several 256 KiB pieces, each with a remainder
-for count in (300007,):
-    for dt in ("int8", "uint8", "int32", "int64", "float16", "float32", "float64"):
-        for op in ["sum", "prod", "min", "max"] + (["avg"] if dt.startswith("float") else []):
-            x = part(r, count, dt, op)
-            parts = [part(p, count, dt, op) for p in range(n)]
-            fold = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}[op]
-            want = parts[0]
-            for q in parts[1:]:
-                want = fold(want, q)
-            if op == "avg":
-                want = (want / n).astype(dt)
-            lo, ln = split(count, r)
-            out = np.zeros(ln, dt)
-            comm.reduce_scatter(out, x, op=op)
-            if out.tobytes() != want[lo:lo + ln].tobytes():
-                bad.append(("reduce_scatter", dt, op))
-            inplace = x.copy()  # the output is this rank's block of the input
-            comm.reduce_scatter(inplace[lo:lo + ln], inplace, op=op)
-            if inplace[lo:lo + ln].tobytes() != want[lo:lo + ln].tobytes():
-                bad.append(("reduce_scatter in place", dt, op))
-        block = count // n + 1
-        mine = part(r, block, dt, "sum")
-        gathered = np.zeros(block * n, dt)
-        comm.all_gather(gathered, mine)
-        if gathered.tobytes() != np.concatenate([part(p, block, dt, "sum") for p in range(n)]).tobytes():
-            bad.append(("all_gather", dt))
-        inplace = np.zeros(block * n, dt)
-        inplace[r * block:(r + 1) * block] = mine
-        comm.all_gather(inplace, inplace[r * block:(r + 1) * block])
-        if inplace.tobytes() != gathered.tobytes():
-            bad.append(("all_gather in place", dt))
+count = 300007  # uneven blocks of several 256 KiB pieces, each with a remainder
+lo, ln = (count // n) * r + min(r, count % n), count // n + (1 if r < count % n else 0)
+for dt, op in dtypes_and_ops():
+    x, want = part(r, count, dt, op), reduced(count, dt, op)[lo:lo + ln]
+    out = np.zeros(ln, dt)
+    comm.reduce_scatter(out, x, op=op)
+    if out.tobytes() != want.tobytes():
+        bad.append(("reduce_scatter", dt, op))
+    inplace = x.copy()  # the output is this rank's block of the input
+    comm.reduce_scatter(inplace[lo:lo + ln], inplace, op=op)
+    if inplace[lo:lo + ln].tobytes() != want.tobytes():
+        bad.append(("reduce_scatter in place", dt, op))
+    if op != "sum":
+        continue
+    block = count // n + 1
+    mine = part(r, block, dt, op)
+    gathered = np.zeros(block * n, dt)
+    comm.all_gather(gathered, mine)
+    if gathered.tobytes() != np.concatenate([part(p, block, dt, op) for p in range(n)]).tobytes():
+        bad.append(("all_gather", dt))
+    inplace = np.zeros(block * n, dt)
+    inplace[r * block:(r + 1) * block] = mine
+    comm.all_gather(inplace, inplace[r * block:(r + 1) * block])
+    if inplace.tobytes() != gathered.tobytes():
+        bad.append(("all_gather in place", dt))
 algos = sorted({f'{rec["op"]}:{rec["algorithm"]}' for rec in comm.records()
                 if rec.get("op") in ("all_gather", "reduce_scatter")})
 print(json.dumps({"bad": bad, "algos": algos}))
