@@ -9,7 +9,6 @@ all_to_all), algbw = size / time, busbw = algbw x `bus_factor(op, n)`.
 from __future__ import annotations
 
 import os
-
 import re
 
 from ..codes import busbw_factor

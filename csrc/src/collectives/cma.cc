@@ -94,29 +94,42 @@ class Hellos {
 // Peers in the order after this rank's, so two ranks seldom copy from or to the same peer at once.
 int peerAt(int r, int k, int n) { return (r + k) % n; }
 
+// Folds bytes [off, off + m) of every peer's announced buffer into `dst`, each read into `scratch`
+// (m <= kPiece) first: the read half of all_reduce, all of reduce_scatter.
+void foldFromPeers(Communicator& c, const Hellos& hellos, const OpArgs& a, size_t off, uint8_t* dst,
+                   uint8_t* scratch, size_t m) {
+  const int n = c.size(), r = c.rank();
+  for (int k = 1; k < n; ++k) {
+    const int p = peerAt(r, k, n);
+    c.channel(p)->readPeerMemory(hellos.address(p) + off, scratch, m);
+    reduceInto(a.dtype, a.redop, dst, dst, scratch, m / dtypeSize(a.dtype));
+  }
+}
+
+// Writes `m` bytes from `src` to [off, off + m) of every peer's announced buffer, while they are in
+// this core's cache: the write half of all_reduce, all of all_gather.
+void writeToPeers(Communicator& c, const Hellos& hellos, size_t off, const uint8_t* src, size_t m) {
+  const int n = c.size(), r = c.rank();
+  for (int k = 1; k < n; ++k) {
+    const int p = peerAt(r, k, n);
+    c.channel(p)->writePeerMemory(hellos.address(p) + off, src, m);
+  }
+}
+
 }  // namespace
 
 bool allReduceCma(Communicator& c, const OpArgs& a) {
-  const int n = c.size(), r = c.rank();
-  const size_t es = dtypeSize(a.dtype), bytes = a.send_count * es;
+  const size_t es = dtypeSize(a.dtype);
   Hellos hellos(c, kPiece);
-  if (!hellos.exchange(a.recv, bytes)) return false;
-  uint8_t* piece = hellos.extra();
-  const Block mineBlock = blockOf(a.send_count, n, r);
-  const size_t lo = mineBlock.offset * es, len = mineBlock.count * es;
+  if (!hellos.exchange(a.recv, a.send_count * es)) return false;
+  const Block mine = blockOf(a.send_count, c.size(), c.rank());
+  const size_t lo = mine.offset * es, len = mine.count * es;
   for (size_t at = 0; at < len; at += kPiece) {
     const size_t m = std::min(kPiece, len - at);
     uint8_t* own = a.recv + lo + at;
-    for (int k = 1; k < n; ++k) {
-      const int p = peerAt(r, k, n);
-      c.channel(p)->readPeerMemory(hellos.address(p) + lo + at, piece, m);
-      reduceInto(a.dtype, a.redop, own, own, piece, m / es);
-    }
-    if (a.redop == RedOp::kAvg) divideBy(a.dtype, own, m / es, double(n));
-    for (int k = 1; k < n; ++k) {
-      const int p = peerAt(r, k, n);
-      c.channel(p)->writePeerMemory(hellos.address(p) + lo + at, own, m);
-    }
+    foldFromPeers(c, hellos, a, lo + at, own, hellos.extra(), m);
+    if (a.redop == RedOp::kAvg) divideBy(a.dtype, own, m / es, double(c.size()));
+    writeToPeers(c, hellos, lo + at, own, m);
     c.checkDeadline();  // an abort request or the op's deadline between pieces
   }
   hellos.done();
@@ -124,22 +137,15 @@ bool allReduceCma(Communicator& c, const OpArgs& a) {
 }
 
 bool reduceScatterCma(Communicator& c, const OpArgs& a) {
-  const int n = c.size(), r = c.rank();
   const size_t es = dtypeSize(a.dtype);
   Hellos hellos(c, kPiece);
   if (!hellos.exchange(a.send, a.send_count * es)) return false;
-  uint8_t* piece = hellos.extra();
-  const Block mine = blockOf(a.send_count, n, r);
+  const Block mine = blockOf(a.send_count, c.size(), c.rank());
   const size_t lo = mine.offset * es, len = mine.count * es;
   // Our own contribution first; an output that is our block of the input is in place already.
   if (len && a.recv != a.send + lo) memmove(a.recv, a.send + lo, len);
   for (size_t at = 0; at < len; at += kPiece) {
-    const size_t m = std::min(kPiece, len - at);
-    for (int k = 1; k < n; ++k) {
-      const int p = peerAt(r, k, n);
-      c.channel(p)->readPeerMemory(hellos.address(p) + lo + at, piece, m);
-      reduceInto(a.dtype, a.redop, a.recv + at, a.recv + at, piece, m / es);
-    }
+    foldFromPeers(c, hellos, a, lo + at, a.recv + at, hellos.extra(), std::min(kPiece, len - at));
     c.checkDeadline();
   }
   hellos.done();
@@ -147,17 +153,12 @@ bool reduceScatterCma(Communicator& c, const OpArgs& a) {
 }
 
 bool allGatherCma(Communicator& c, const OpArgs& a) {
-  const int n = c.size(), r = c.rank();
   const size_t bytes = a.send_count * dtypeSize(a.dtype);  // one block
   Hellos hellos(c, 0);
-  if (!hellos.exchange(a.recv, bytes * size_t(n))) return false;
-  const size_t slot = size_t(r) * bytes;
+  if (!hellos.exchange(a.recv, bytes * size_t(c.size()))) return false;
+  const size_t slot = size_t(c.rank()) * bytes;
   for (size_t at = 0; at < bytes; at += kPiece) {
-    const size_t m = std::min(kPiece, bytes - at);  // read once, written to every peer while in cache
-    for (int k = 1; k < n; ++k) {
-      const int p = peerAt(r, k, n);
-      c.channel(p)->writePeerMemory(hellos.address(p) + slot + at, a.send + at, m);
-    }
+    writeToPeers(c, hellos, slot + at, a.send + at, std::min(kPiece, bytes - at));
     c.checkDeadline();
   }
   hellos.done();
