@@ -5,8 +5,9 @@ Tells a CPU-bound run from one with idle gaps: on loopback every byte is copied 
 of the kernel's socket buffers on the same cores that reduce, so when CPU per op (user + sys,
 all threads of a rank) is about wall per op x cores / ranks, overlapping steps cannot help
 and only less work per byte can. Each round starts fresh jobs of world-size processes per
-backend (3 warm-up ops, then the timed ones); the table gives the slowest rank's wall time
-and the ranks' mean CPU time per op.
+backend (3 warm-up ops and a barrier, then the timed ones); the table gives the slowest rank's
+wall time, the ranks' mean CPU time per op, and the share of the machine's CPU time that was
+idle while every rank was in its timed loop (/proc/stat, sampled every 5 ms).
 
     python bench/cpu_per_op.py --world 4 --bytes 64M --iters 6 --rounds 2
 """
@@ -19,6 +20,7 @@ import random
 import resource
 import subprocess
 import sys
+import threading
 import time
 
 BACKENDS = ("gloo", "hetobs-tcp")
@@ -36,7 +38,7 @@ def worker(backend: str, nbytes: int, iters: int) -> None:
 
         dist.init_process_group("gloo")
         x = torch.ones(nbytes // 4)
-        op, done = (lambda: dist.all_reduce(x)), dist.destroy_process_group
+        op, done, barrier = (lambda: dist.all_reduce(x)), dist.destroy_process_group, dist.barrier
     else:
         import numpy as np
 
@@ -44,20 +46,45 @@ def worker(backend: str, nbytes: int, iters: int) -> None:
 
         comm = hetobs.init()
         x = np.ones(nbytes // 4, np.float32)
-        op, done = (lambda: comm.all_reduce(x)), comm.close
+        op, done, barrier = (lambda: comm.all_reduce(x)), comm.close, comm.barrier
     for _ in range(3):
         op()
-    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    barrier()  # every rank enters the timed loop together: the idle window is theirs alone
+    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
     for _ in range(iters):
         op()
-    wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+    t1, r1 = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF)
     cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
-    print(f"{wall / iters * 1e3:.2f} {cpu / iters * 1e3:.2f}", flush=True)
+    print(f"{(t1 - t0) / iters * 1e3:.3f} {cpu / iters * 1e3:.3f} {t0:.6f} {t1:.6f}", flush=True)
     done()
 
 
-def run(backend: str, world: int, nbytes: int, iters: int) -> tuple[float, float]:
+def _cpu_times() -> tuple[float, int, int]:
+    """(monotonic time, idle + iowait ticks, all ticks) of the whole machine (/proc/stat's cpu line)."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:9]]
+    return time.monotonic(), ticks[3] + ticks[4], sum(ticks)
+
+
+def _idle_share(samples: list[tuple[float, int, int]], start: float, end: float) -> float:
+    """Idle share of the CPU time between the first sample at or after `start` and the last at or before `end`."""
+    inside = [s for s in samples if start <= s[0] <= end]
+    if len(inside) < 2 or inside[-1][2] == inside[0][2]:
+        return float("nan")
+    return (inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2])
+
+
+def run(backend: str, world: int, nbytes: int, iters: int) -> tuple[float, float, float]:
     port = random.randint(20000, 40000)
+    samples: list[tuple[float, int, int]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.005):
+            samples.append(_cpu_times())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     procs = []
     for r in range(world):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
@@ -65,12 +92,17 @@ def run(backend: str, world: int, nbytes: int, iters: int) -> tuple[float, float
         procs.append(subprocess.Popen([sys.executable, __file__, "--worker", backend, str(nbytes), str(iters)],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
     rows = []
-    for p in procs:
-        out, _ = p.communicate(timeout=600)
-        if p.returncode != 0:
-            raise SystemExit(f"{backend}: a rank exited with {p.returncode}")
-        rows.append([float(v) for v in out.split()[-2:]])
-    return max(w for w, _ in rows), sum(c for _, c in rows) / len(rows)
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=600)
+            if p.returncode != 0:
+                raise SystemExit(f"{backend}: a rank exited with {p.returncode}")
+            rows.append([float(v) for v in out.split()[-4:]])
+    finally:
+        stop.set()
+        sampler.join()
+    idle = _idle_share(samples, max(r[2] for r in rows), min(r[3] for r in rows))
+    return max(r[0] for r in rows), sum(r[1] for r in rows) / len(rows), idle
 
 
 def main() -> None:
@@ -84,11 +116,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
     nbytes = _size(a.bytes)
-    print("| round | backend | wall ms/op | cpu ms/op (per rank) | load |\n|---|---|---|---|---|")
+    print("| round | backend | wall ms/op | cpu ms/op (per rank) | idle | load |\n|---|---|---|---|---|---|")
     for rnd in range(1, a.rounds + 1):
         for b in BACKENDS:
-            wall, cpu = run(b, a.world, nbytes, a.iters)
-            print(f"| {rnd} | {b} | {wall:.1f} | {cpu:.1f} | {os.getloadavg()[0]:.1f} |", flush=True)
+            wall, cpu, idle = run(b, a.world, nbytes, a.iters)
+            print(f"| {rnd} | {b} | {wall:.1f} | {cpu:.1f} | {idle:.1%} | {os.getloadavg()[0]:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

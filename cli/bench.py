@@ -22,6 +22,7 @@ from rich.table import Table
 
 from hetobs.bench import (
     BACKENDS,
+    BINDINGS,
     DTYPES,
     OPS,
     BenchConfig,
@@ -101,17 +102,21 @@ def render(result: BenchResult, out: Console) -> None:
     memcpy = (f"memcpy {result.memcpy_gbs:.2f} GB/s ({format_size(cfg.memcpy_bytes or 0)} numpy copy, best of 5)"
               if result.memcpy_gbs else "memcpy not measured")
     over = " (oversubscribed: more ranks than cores)" if cores and cfg.ranks > cores else ""
-    out.print(f"# hetobs bench: {cfg.op}, {cfg.ranks} ranks on {cores} cores{over}, {cfg.dtype}, "
+    over += ", rank r bound to CPU r mod CPUs" if cfg.bind == "core" else ""
+    model = result.rows[0].cpu_model if result.rows else ""
+    out.print(f"# hetobs bench: {cfg.op}, {cfg.ranks} ranks on {cores} cores ({model}){over}, {cfg.dtype}, "
               f"{cfg.reps} reps{' (quick)' if cfg.quick else ''}; {memcpy}", highlight=False)
     out.print("# time = max over ranks of each rank's median batch average; algbw = size/time; "
-              "busbw = algbw x nccl-tests factor", highlight=False)
+              "busbw = algbw x nccl-tests factor; cpu = CPU time per op of one rank (all its threads, "
+              "mean over ranks)", highlight=False)
     backends = [b for b in cfg.backends if any(r.backend == b for r in result.rows)]
     has_gloo = "gloo" in backends
     has_ompi = "ompi" in backends
     for b in backends:
         rows = [r for r in result.rows if r.backend == b]
         t = Table(show_edge=False, pad_edge=False)
-        for name in ("size (B)", "count", "type", "redop", "root", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+        for name in ("size (B)", "count", "type", "redop", "root", "time (us)", "cpu (us)", "algbw (GB/s)",
+                     "busbw (GB/s)"):
             t.add_column(name, justify="left" if name in ("type", "redop") else "right")
         if has_gloo and b != "gloo":
             t.add_column("busbw/gloo", justify="right")
@@ -120,7 +125,7 @@ def render(result: BenchResult, out: Console) -> None:
         t.add_column("busbw/memcpy", justify="right")
         for r in rows:
             cells = [str(r.size), str(r.count), r.type, r.redop, str(r.root), f"{r.time_us:.1f}",
-                     f"{r.algbw:.3f}", f"{r.busbw:.3f}"]
+                     _num(r.cpu_us, "{:.1f}"), f"{r.algbw:.3f}", f"{r.busbw:.3f}"]
             if has_gloo and b != "gloo":
                 cells.append(_num(r.busbw_vs_gloo))
             if has_ompi and b != "ompi":
@@ -172,6 +177,9 @@ def bench(
     save: Annotated[Optional[Path], typer.Option("--save", help="Also write the JSON rows to this file.")] = None,
     timeout: Annotated[float, typer.Option("--timeout", min=1.0, help="Seconds one batch may take before the "
                                                                       "backend is declared failed.")] = 120.0,
+    bind: Annotated[str, typer.Option("--bind", help="none: ranks where the scheduler puts them (Open MPI: its "
+                                                     "default binding); core: rank r on CPU r mod CPUs, every "
+                                                     "backend alike.")] = "none",
 ) -> None:
     """Measure collectives on hetobs-shm, hetobs-tcp, Gloo and Open MPI (mpi4py), interleaved in one run.
     `hetobs bench relay`: the pipelined host relay; `hetobs bench overhead`: the cost of watching a DDP
@@ -184,6 +192,8 @@ def bench(
         raise typer.BadParameter(f"{op!r} is not one of {', '.join(OPS)}", param_hint="--op")
     if dtype not in DTYPES:
         raise typer.BadParameter(f"{dtype!r} is not one of {', '.join(DTYPES)}", param_hint="--dtype")
+    if bind not in BINDINGS:
+        raise typer.BadParameter(f"{bind!r} is not one of {', '.join(BINDINGS)}", param_hint="--bind")
     names = _split_backends(backends)
     try:
         size_list = parse_sizes(sizes) if sizes is not None else None
@@ -199,7 +209,7 @@ def bench(
                 code = ExitCode.INTERNAL
 
     cfg = BenchConfig(ranks=ranks, op=op, backends=names, sizes=size_list, reps=reps, dtype=dtype, quick=quick,
-                      timeout_s=timeout)
+                      timeout_s=timeout, bind=bind)
     with _Reporter(err, quiet=False) as reporter:
         result = run_bench(cfg, progress=reporter)
 

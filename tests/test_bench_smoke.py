@@ -31,6 +31,7 @@ from hetobs.bench import (
     run_bench,
 )
 from hetobs.bench.rows import table_rows
+from hetobs.bench.units import cpu_model
 
 _HAVE_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not _HAVE_TORCH, reason="torch is not installed (Gloo backend)")
@@ -126,9 +127,14 @@ def test_rows_follow_nccl_tests_math() -> None:
     shm = [[[1e-4, 3e-4, 2e-4]] * 3 + [[5e-4, 4e-4, 9e-4]],  # rank 3 is slowest: median 5e-4
            [[0.02, 0.02, 0.02]] * 4]
     gloo = [[[1e-3, 1e-3, 1e-3]] * 4, [[0.04, 0.05, 0.03]] * 4]
-    rows = table_rows(cfg, plan, {"hetobs-shm": shm, "gloo": gloo}, 10.0, "float")
+    # CPU seconds per op, the same shape: cpu_us is the mean over ranks of each rank's median
+    shm_cpu = [[[4e-5, 6e-5, 5e-5]] * 2 + [[1e-4, 1e-4, 1e-4], [3e-4, 1e-4, 2e-4]], [[0.01, 0.03, 0.02]] * 4]
+    rows = table_rows(cfg, plan, {"hetobs-shm": shm, "gloo": gloo}, 10.0, "float", {"hetobs-shm": shm_cpu})
     by = {(r.backend, r.size): r for r in rows}
     r = by[("hetobs-shm", 4096)]
+    assert r.cpu_us == pytest.approx((50 + 50 + 100 + 200) / 4)
+    assert by[("hetobs-shm", 32 << 20)].cpu_us == pytest.approx(20000.0)
+    assert by[("gloo", 4096)].cpu_us is None  # not reported
     assert r.time_us == pytest.approx(500.0)
     assert r.rank_time_us == pytest.approx([200.0, 200.0, 200.0, 500.0])
     assert r.algbw == pytest.approx(4096 / 5e-4 / 1e9)
@@ -174,6 +180,8 @@ def _check_rows(rows: list[dict[str, Any]], backend: str, n: int, sizes: list[in
         assert r["busbw"] == pytest.approx(r["algbw"] * bus_factor("all_reduce", n))
         assert len(r["rank_time_us"]) == n and max(r["rank_time_us"]) == pytest.approx(r["time_us"])
         assert r["reps"] >= 1 and r["iters"] >= 1 and r["warmup"] >= 1
+        # CPU per op: positive, and no more than the op's wall time on every core this rank may use
+        assert 0 < r["cpu_us"] <= r["time_us"] * len(os.sched_getaffinity(0)) * 1.1, r
         assert r["busbw_of_memcpy"] is None  # sizes below 16 MiB
 
 
@@ -192,7 +200,7 @@ def test_cli_bench_gloo_json_and_table() -> None:
     _check_rows(json.loads(p.stdout), "gloo", 2, [8, 4096])
     p = _cli("--ranks", "2", "--sizes", "4K", "--reps", "1", "--backends", "gloo")
     assert p.returncode == 0, p.stderr
-    for column in ("size (B)", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+    for column in ("size (B)", "count", "type", "time (us)", "cpu (us)", "algbw (GB/s)", "busbw (GB/s)"):
         assert column in p.stdout
     assert "4096" in p.stdout and "memcpy" in p.stdout
 
@@ -224,10 +232,11 @@ def test_cli_bench_overhead_scraped_and_native_json_and_table(core: Any) -> None
 
 
 def test_cli_bench_usage_errors() -> None:
-    for args in (["--sizes", "3X"], ["--backends", "nccl"], ["--op", "barrier"], ["--ranks", "0"]):
+    for args in (["--sizes", "3X"], ["--backends", "nccl"], ["--op", "barrier"], ["--ranks", "0"],
+                 ["--bind", "socket"]):
         p = _cli(*args, timeout=60)
         assert p.returncode == 2, (args, p.stdout, p.stderr)
-        assert p.stdout == ""
+        assert p.stdout == "" and args[0] in p.stderr, (args, p.stderr)
 
 
 @needs_torch
@@ -307,6 +316,27 @@ def test_ompi_four_ranks_cli_table() -> None:
     p = _cli("--ranks", "4", "--sizes", "4K", "--reps", "1", "--backends", "ompi,hetobs-shm", "--quick")
     assert p.returncode == 0, p.stderr
     assert "busbw/ompi" in p.stdout and "hetobs-shm/ompi" in p.stdout, p.stdout
+
+
+@needs_ompi
+def test_bind_core_places_every_backend_alike(core: Any) -> None:
+    """--bind core: rank r of every backend (Open MPI's too, its own binding off) runs on the
+    (r mod k)-th CPU of the k the bench may use, as its ranks report; rows say how they were placed."""
+    cpus = sorted(os.sched_getaffinity(0))
+    res = run_bench(BenchConfig(ranks=3, backends=("hetobs-shm", "ompi"), sizes=(8,), reps=1, quick=True,
+                                memcpy_bytes=0, bind="core"))
+    assert not res.failures and not res.skipped, (res.failures, res.skipped)
+    for b in ("hetobs-shm", "ompi"):
+        ready = sorted(res.info[b]["ready"], key=lambda x: int(x["rank"]))
+        assert [x["cpus"] for x in ready] == [[cpus[r % len(cpus)]] for r in range(3)], (b, ready)
+    assert {r.bind for r in res.rows} == {"core"} and len(res.rows) == 2
+    assert {r.cpu_model for r in res.rows} == {cpu_model()} and cpu_model()
+    unbound = run_bench(BenchConfig(ranks=2, backends=("hetobs-shm",), sizes=(8,), reps=1, quick=True,
+                                    memcpy_bytes=0))
+    assert [x["cpus"] for x in unbound.info["hetobs-shm"]["ready"]] == [cpus, cpus]  # none: left alone
+    assert unbound.rows[0].bind == "none"
+    with pytest.raises(ValueError, match="bind='socket'"):
+        BenchConfig(bind="socket").resolved()
 
 
 @needs_ompi

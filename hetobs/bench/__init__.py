@@ -18,7 +18,7 @@ This package never prints or exits; `hetobs bench` (cli/bench.py) renders it.
 from __future__ import annotations
 
 from .backends import BACKENDS, backend_unavailable
-from .config import BenchConfig, Progress
+from .config import BINDINGS, BenchConfig, Progress
 from .rows import BenchResult, Row
 from .runner import measure_memcpy, run_bench
 from .units import (
@@ -36,7 +36,7 @@ from .units import (
 from .workers import BenchError
 
 __all__ = [
-    "BACKENDS", "DEFAULT_SIZES", "DTYPES", "OPS", "QUICK_SIZES", "BenchConfig", "BenchError", "BenchResult",
+    "BACKENDS", "BINDINGS", "DEFAULT_SIZES", "DTYPES", "OPS", "QUICK_SIZES", "BenchConfig", "BenchError", "BenchResult",
     "Progress", "Row", "backend_unavailable", "bus_factor", "element_count", "format_size", "measure_memcpy",
     "parse_size", "parse_sizes", "plan_iters", "run_bench",
 ]

@@ -95,7 +95,8 @@ def backend_job(name: str, cfg: "BenchConfig", workdir: str) -> WorkerJob:
     # ops (and Gloo's rendezvous) may wait on peers at least as long as the runner waits for a batch
     op_timeout = max(cfg.timeout_s, cfg.start_timeout_s)
     if kind == "mpi":
-        return MpiWorkers(name, n, op=cfg.op, dtype=cfg.dtype, op_timeout=op_timeout, workdir=workdir)
+        return MpiWorkers(name, n, op=cfg.op, dtype=cfg.dtype, op_timeout=op_timeout, workdir=workdir,
+                          bind=cfg.bind)
     env: dict[str, str | None] = {"HETOBS_TIMEOUT": _default("HETOBS_TIMEOUT", str(op_timeout)),
                                   "OMP_NUM_THREADS": _default("OMP_NUM_THREADS", "1")}
     if kind in ("gloo", "islands"):
@@ -108,7 +109,7 @@ def backend_job(name: str, cfg: "BenchConfig", workdir: str) -> WorkerJob:
         rank_env = {r: {"HETOBS_ISLAND": "ab"[r * 2 // n] if n > 1 else "a", "HETOBS_ISLAND_BACKEND": "gloo"}
                     for r in range(n)}
     argv = [sys.executable, "-m", "hetobs.bench.worker", "--backend", kind, "--op", cfg.op, "--dtype", cfg.dtype,
-            "--timeout", str(op_timeout)]
+            "--timeout", str(op_timeout), "--bind", cfg.bind]
     return LocalWorkers(name, argv, n, log_dir=workdir,
                         hetobs_dir=setting("HETOBS_DIR") or os.path.join(workdir, "hetobs"),
                         job_id=new_job_id(f"bench-{name}-"), env=env, rank_env=rank_env)

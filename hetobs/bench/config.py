@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from .backends import BACKENDS
 from .units import DEFAULT_SIZES, DTYPES, OPS, QUICK_SIZES, MiB
 
-__all__ = ["BenchConfig", "Progress"]
+__all__ = ["BINDINGS", "BenchConfig", "Progress"]
+
+#: How ranks are placed on CPUs. none: where the scheduler puts them (Open MPI: its default
+#: binding); core: rank r on the r-th CPU this process may use, modulo their number, for every
+#: backend alike (Open MPI's own binding turned off), so backends and algorithms are compared
+#: with the same placement.
+BINDINGS = ("none", "core")
 
 
 @dataclass
@@ -23,6 +29,7 @@ class BenchConfig:
     start_timeout_s: float = 180.0  # job start-up (imports + rendezvous)
     memcpy_bytes: int | None = None  # None: 256 MiB (64 MiB with quick); 0 skips the measurement
     check: bool = True  # verify each op's result once per size (untimed)
+    bind: str = "none"  # one of BINDINGS
 
     def resolved(self) -> "BenchConfig":
         """A copy with defaults filled in and every field validated (ValueError names the field)."""
@@ -45,11 +52,14 @@ class BenchConfig:
         if reps < 1:
             raise ValueError(f"reps={reps}: expected at least 1")
         memcpy = self.memcpy_bytes if self.memcpy_bytes is not None else (64 * MiB if self.quick else 256 * MiB)
+        if self.bind not in BINDINGS:
+            raise ValueError(f"bind={self.bind!r}: expected one of {', '.join(BINDINGS)}")
         if self.timeout_s <= 0 or self.start_timeout_s <= 0:
             raise ValueError("timeouts must be positive")
         return BenchConfig(ranks=self.ranks, op=self.op, backends=backends, sizes=tuple(int(s) for s in sizes),
                            reps=int(reps), dtype=self.dtype, quick=self.quick, timeout_s=float(self.timeout_s),
-                           start_timeout_s=float(self.start_timeout_s), memcpy_bytes=int(memcpy), check=self.check)
+                           start_timeout_s=float(self.start_timeout_s), memcpy_bytes=int(memcpy), check=self.check,
+                           bind=self.bind)
 
 
 @dataclass

@@ -28,11 +28,13 @@ __all__ = ["MpiWorkers"]
 
 
 class MpiWorkers(WorkerJob):
-    """Open MPI's ranks under one `mpirun` (default binding: no --bind-to)."""
+    """Open MPI's ranks under one `mpirun`: its default binding, or (bind "core") none of its own,
+    each rank binding itself as the other backends' ranks do (worker.py)."""
 
-    def __init__(self, name: str, ranks: int, *, op: str, dtype: str, op_timeout: float, workdir: str) -> None:
+    def __init__(self, name: str, ranks: int, *, op: str, dtype: str, op_timeout: float, workdir: str,
+                 bind: str = "none") -> None:
         super().__init__(name, ranks)
-        self.op, self.dtype, self.op_timeout = op, dtype, op_timeout
+        self.op, self.dtype, self.op_timeout, self.bind = op, dtype, op_timeout, bind
         self.log = os.path.join(workdir, f"{name}-mpirun.log")
         self.mpirun: subprocess.Popen[bytes] | None = None
         self._socks: list[socket.socket] = []
@@ -55,9 +57,12 @@ class MpiWorkers(WorkerJob):
                 cmd.append("--allow-run-as-root")
             if n > (os.cpu_count() or 1):
                 cmd.append("--oversubscribe")
+            if self.bind != "none":
+                cmd += ["--bind-to", "none"]
             cmd += self._shm.mca_args()
             cmd += [sys.executable, "-m", "hetobs.bench.worker", "--backend", "mpi", "--op", self.op,
-                    "--dtype", self.dtype, "--timeout", str(self.op_timeout), "--control", f"{host}:{port}"]
+                    "--dtype", self.dtype, "--timeout", str(self.op_timeout), "--control", f"{host}:{port}",
+                    "--bind", self.bind]
             with open(self.log, "wb") as out:
                 # its own session: closing kills mpirun and every rank it started in one signal
                 self.mpirun = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

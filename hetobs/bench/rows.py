@@ -3,7 +3,9 @@
 A (backend, size) time is the max over ranks of each rank's median over repetitions (each
 sample a batch average, timed barrier-free as nccl-tests does); algbw = size / time, busbw =
 algbw x bus_factor(op, n). Rows also carry the ratio to Gloo's and Open MPI's busbw at the
-same size in the same run, and to memcpy bandwidth for sizes of 16 MiB and more.
+same size in the same run, and to memcpy bandwidth for sizes of 16 MiB and more, and the CPU
+time per op: where ranks share cores (loopback TCP, more ranks than cores) a backend that needs
+less wall time but as much CPU won by scheduling, not by doing less work.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .config import BenchConfig
-from .units import REDUCING_OPS, ROOTED_OPS, MiB, bus_factor
+from .units import REDUCING_OPS, ROOTED_OPS, MiB, bus_factor, cpu_model
 
 __all__ = ["BenchResult", "Plan", "Row", "Samples", "table_rows"]
 
@@ -46,6 +48,11 @@ class Row:
     warmup: int = 0
     iters: int = 0  # timed iterations per batch
     rank_time_us: list[float] = field(default_factory=list)  # each rank's median
+    # CPU time (user + system, every thread of the rank's process) per op: the mean over ranks of
+    # each rank's median; None where the ranks did not report it
+    cpu_us: float | None = None
+    bind: str = "none"  # how ranks were placed on CPUs (config.BINDINGS)
+    cpu_model: str = ""  # the machine's CPU model (units.cpu_model)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,11 +75,14 @@ class BenchResult:
 
 
 
-def table_rows(cfg: BenchConfig, plan: Plan, samples: Samples, memcpy_gbs: float | None, type_name: str) -> list[Row]:
-    """The rows of every (backend, size) that completed on every rank, in config order."""
+def table_rows(cfg: BenchConfig, plan: Plan, samples: Samples, memcpy_gbs: float | None, type_name: str,
+               cpu: Samples | None = None) -> list[Row]:
+    """The rows of every (backend, size) that completed on every rank, in config order; `cpu`, the
+    batches' CPU seconds per op in the shape of `samples`, gives cpu_us."""
     n = cfg.ranks
     factor = bus_factor(cfg.op, n)
     rows: list[Row] = []
+    model = cpu_model()
     for b in cfg.backends:
         if b not in samples:
             continue
@@ -82,13 +92,17 @@ def table_rows(cfg: BenchConfig, plan: Plan, samples: Samples, memcpy_gbs: float
                 continue  # this size never completed on every rank (backend failed first)
             medians = [statistics.median(s) for s in per_rank]
             t = max(medians)
+            per_rank_cpu = cpu[b][i] if cpu and b in cpu else []
+            cpu_us = (statistics.fmean(statistics.median(s) for s in per_rank_cpu) * 1e6
+                      if per_rank_cpu and all(per_rank_cpu) else None)
             algbw = nbytes / t / 1e9 if t > 0 else 0.0
             rows.append(Row(
                 backend=b, op=cfg.op, ranks=n, size=nbytes, count=count, type=type_name,
                 redop="sum" if cfg.op in REDUCING_OPS else "none", root=0 if cfg.op in ROOTED_OPS else -1,
                 time_us=t * 1e6, algbw=algbw, busbw=algbw * factor, memcpy_gbs=memcpy_gbs,
                 reps=min(len(s) for s in per_rank), warmup=warmup, iters=iters,
-                rank_time_us=[m * 1e6 for m in medians],
+                rank_time_us=[m * 1e6 for m in medians], cpu_us=cpu_us, bind=cfg.bind,
+                cpu_model=model,
             ))
     gloo = {r.size: r for r in rows if r.backend == "gloo"}
     ompi = {r.size: r for r in rows if r.backend == "ompi"}

@@ -92,6 +92,7 @@ def run_bench(config: BenchConfig, progress: Callable[[Progress], None] | None =
     workdir = tempfile.mkdtemp(prefix="hetobs-bench-")
     jobs: dict[str, WorkerJob] = {}
     samples: Samples = {}
+    cpu: Samples = {}  # the same shape: each batch's CPU seconds per op
     try:
         for b in cfg.backends:
             if b in skipped:
@@ -107,6 +108,7 @@ def run_bench(config: BenchConfig, progress: Callable[[Progress], None] | None =
                 continue
             info[b] = {"ready": job.ready}
             samples[b] = [[[] for _ in range(n)] for _ in plan]
+            cpu[b] = [[[] for _ in range(n)] for _ in plan]
 
         live = [b for b in cfg.backends if b in samples]
         total = cfg.reps * len(plan) * len(live)
@@ -128,6 +130,7 @@ def run_bench(config: BenchConfig, progress: Callable[[Progress], None] | None =
                     else:
                         for r, reply in enumerate(replies):
                             samples[b][i][r].append(float(reply["seconds"]))
+                            cpu[b][i][r].append(float(reply["cpu_seconds"]))
                     done += 1
         tell(total, total, "done")
     finally:
@@ -138,7 +141,7 @@ def run_bench(config: BenchConfig, progress: Callable[[Progress], None] | None =
                     info[b]["exit"] = byes
         shutil.rmtree(workdir, ignore_errors=True)
 
-    rows = table_rows(cfg, plan, samples, memcpy_gbs, type_name)
+    rows = table_rows(cfg, plan, samples, memcpy_gbs, type_name, cpu)
     notes = []
     for b, about in info.items():
         want = BACKENDS[b][1]

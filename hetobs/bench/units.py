@@ -9,13 +9,14 @@ all_to_all), algbw = size / time, busbw = algbw x `bus_factor(op, n)`.
 from __future__ import annotations
 
 import os
+import platform
 import re
 
 from ..codes import busbw_factor
 
 __all__ = [
-    "DEFAULT_SIZES", "DTYPES", "OPS", "QUICK_SIZES", "bus_factor", "element_count", "format_size", "load_average",
-    "parse_size", "parse_sizes", "plan_iters",
+    "DEFAULT_SIZES", "DTYPES", "OPS", "QUICK_SIZES", "bus_factor", "cpu_model", "element_count", "format_size",
+    "load_average", "parse_size", "parse_sizes", "plan_iters",
 ]
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -97,6 +98,20 @@ def format_size(n: int) -> str:
     if n >= KiB:
         return f"{n / KiB:.1f} KiB"
     return f"{n} B"
+
+
+def cpu_model() -> str:
+    """This machine's CPU model (/proc/cpuinfo's first "model name"): the same bench on another
+    model moves the order of algorithms, not only the numbers, so every row names it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def load_average() -> str:

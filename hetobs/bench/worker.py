@@ -129,17 +129,20 @@ class _Bench:
             raise AssertionError(f"{op} of {self.count} elements gave a wrong result on rank {r}: "
                                  f"expected {want}, got {sample}...")
 
-    def run(self, count: int, warmup: int, iters: int, check: bool) -> float:
+    def run(self, count: int, warmup: int, iters: int, check: bool) -> tuple[float, float]:
+        """Seconds of wall time and of this process's CPU time (every thread: the backend's
+        own progress threads count) per op, averaged over one batch of `iters` ops."""
         self.prepare(count)
         call = self.call
         if check:
             self.check()
         for _ in range(warmup):
             call()
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         for _ in range(iters):
             call()
-        return (time.perf_counter() - t0) / iters
+        t1, c1 = time.perf_counter(), time.process_time()
+        return (t1 - t0) / iters, (c1 - c0) / iters
 
 
 class _Hetobs(_Bench):
@@ -280,6 +283,13 @@ def _control_stream(address: str) -> tuple[TextIO, TextIO]:
     return sock.makefile("r"), sock.makefile("w", buffering=1)
 
 
+def _bind_to_core(rank: int) -> None:
+    """Run on one CPU: the (rank mod k)-th of the k this process may use, as mpirun's --bind-to
+    core places ranks (wrapping round when ranks outnumber CPUs)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[max(rank, 0) % len(cpus)]})
+
+
 def _protocol_stream() -> TextIO:
     """The stdout we were started with, kept for replies; fd 1 then points at stderr."""
     sys.stdout.flush()
@@ -302,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--control", default=None, help="HOST:PORT of the runner, instead of stdin/stdout")
+    p.add_argument("--bind", choices=("none", "core"), default="none",
+                   help="core: run on the (rank mod CPUs)-th CPU this process may use")
     args = p.parse_args(argv)
 
     if args.control:
@@ -310,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         commands, proto = sys.stdin, _protocol_stream()
     rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
+    if args.bind == "core":  # before the backend starts its threads: they inherit the mask
+        _bind_to_core(rank)
 
     def reply(obj: dict[str, Any]) -> None:
         proto.write(json.dumps({"rank": rank, **obj}) + "\n")
@@ -322,12 +336,13 @@ def main(argv: list[str] | None = None) -> int:
         bench = {"hetobs": _Hetobs, "gloo": _Gloo, "islands": _Islands, "mpi": _Mpi}[args.backend](
             args.op, args.dtype, args.timeout)
         rank = bench.rank
-        reply({"ready": True, "backend": args.backend, "size": bench.size, "pid": os.getpid()})
+        reply({"ready": True, "backend": args.backend, "size": bench.size, "pid": os.getpid(),
+               "cpus": sorted(os.sched_getaffinity(0))})
 
         def run(msg: dict[str, Any]) -> dict[str, Any]:
             assert bench is not None
-            secs = bench.run(int(msg["count"]), int(msg["warmup"]), int(msg["iters"]), bool(msg.get("check")))
-            return {"count": int(msg["count"]), "seconds": secs}
+            secs, cpu = bench.run(int(msg["count"]), int(msg["warmup"]), int(msg["iters"]), bool(msg.get("check")))
+            return {"count": int(msg["count"]), "seconds": secs, "cpu_seconds": cpu}
 
         def bye() -> dict[str, Any]:
             nonlocal bench
