@@ -4,8 +4,9 @@ A (backend, size) time is the max over ranks of each rank's median over repetiti
 sample a batch average, timed barrier-free as nccl-tests does); algbw = size / time, busbw =
 algbw x bus_factor(op, n). Rows also carry the ratio to Gloo's and Open MPI's busbw at the
 same size in the same run, and to memcpy bandwidth for sizes of 16 MiB and more, and the CPU
-time per op: where ranks share cores (loopback TCP, more ranks than cores) a backend that needs
-less wall time but as much CPU won by scheduling, not by doing less work.
+time per op: where ranks share cores and sleep while they wait (loopback TCP), a backend that
+needs less wall time but as much CPU won by scheduling, not by doing less work (ranks that spin
+or yield while waiting spend CPU in proportion to wall time, and there it adds nothing).
 """
 
 from __future__ import annotations
