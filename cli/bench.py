@@ -106,6 +106,13 @@ def render(result: BenchResult, out: Console) -> None:
     model = result.rows[0].cpu_model if result.rows else ""
     out.print(f"# hetobs bench: {cfg.op}, {cfg.ranks} ranks on {cores} cores ({model}){over}, {cfg.dtype}, "
               f"{cfg.reps} reps{' (quick)' if cfg.quick else ''}; {memcpy}", highlight=False)
+    if result.copies is not None:
+        c = result.copies
+        kernel = (f"the kernel's cross-process copy (process_vm_readv) {c.kernel_gbs:.1f} GB/s = "
+                  f"{c.kernel_of_memcpy:.2f} of memcpy" if c.kernel_gbs and c.kernel_of_memcpy is not None
+                  else "the kernel's cross-process copy refused here")
+        out.print(f"# copies in cache ({format_size(c.nbytes)}): memcpy {c.memcpy_gbs:.1f} GB/s, {kernel}",
+                  highlight=False)
     out.print("# time = max over ranks of each rank's median batch average; algbw = size/time; "
               "busbw = algbw x nccl-tests factor; cpu = CPU time per op of one rank (all its threads, "
               "mean over ranks)", highlight=False)

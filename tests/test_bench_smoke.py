@@ -30,6 +30,7 @@ from hetobs.bench import (
     plan_iters,
     run_bench,
 )
+from hetobs.bench.copy_probe import measure_copies
 from hetobs.bench.rows import table_rows
 from hetobs.bench.units import cpu_model
 
@@ -150,6 +151,16 @@ def test_rows_follow_nccl_tests_math() -> None:
     assert (r.type, r.redop, r.root, r.count, r.reps) == ("float", "sum", -1, 1024, 3)
 
 
+def test_copy_probe_measures_memcpy_and_the_kernels_copy() -> None:
+    """Both copies of a cache-resident buffer, timed: positive rates, and the kernel's (the same
+    system call a peer's read makes, here of this process) no faster than a few memcpys."""
+    rates = measure_copies(64 << 10, repeats=5)
+    assert rates.nbytes == 64 << 10 and rates.memcpy_gbs > 0
+    assert rates.kernel_gbs is not None and rates.kernel_gbs > 0
+    assert rates.kernel_of_memcpy == pytest.approx(rates.kernel_gbs / rates.memcpy_gbs)
+    assert 0 < rates.kernel_of_memcpy < 4
+
+
 def test_config_validation() -> None:
     for bad in (dict(op="barrier"), dict(ranks=0), dict(backends=("nccl",)), dict(dtype="complex64"),
                 dict(reps=0), dict(sizes=(0,))):
@@ -183,6 +194,7 @@ def _check_rows(rows: list[dict[str, Any]], backend: str, n: int, sizes: list[in
         # CPU per op: positive, and no more than the op's wall time on every core this rank may use
         assert 0 < r["cpu_us"] <= r["time_us"] * len(os.sched_getaffinity(0)) * 1.1, r
         assert r["busbw_of_memcpy"] is None  # sizes below 16 MiB
+        assert 0 < r["kernel_copy_of_memcpy"] < 4, r  # a process may always read itself
 
 
 def test_cli_bench_hetobs_shm_json(core: Any) -> None:
@@ -203,6 +215,7 @@ def test_cli_bench_gloo_json_and_table() -> None:
     for column in ("size (B)", "count", "type", "time (us)", "cpu (us)", "algbw (GB/s)", "busbw (GB/s)"):
         assert column in p.stdout
     assert "4096" in p.stdout and "memcpy" in p.stdout
+    assert "# copies in cache (256 KiB): memcpy" in p.stdout and "of memcpy" in p.stdout, p.stdout
 
 
 @needs_torch

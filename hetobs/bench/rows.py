@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .config import BenchConfig
+from .copy_probe import CopyRates
 from .units import REDUCING_OPS, ROOTED_OPS, MiB, bus_factor, cpu_model
 
 __all__ = ["BenchResult", "Plan", "Row", "Samples", "table_rows"]
@@ -54,6 +55,9 @@ class Row:
     cpu_us: float | None = None
     bind: str = "none"  # how ranks were placed on CPUs (config.BINDINGS)
     cpu_model: str = ""  # the machine's CPU model (units.cpu_model)
+    # the kernel's cross-process copy over memcpy, in cache (copy_probe.py): below ~0.5 two
+    # memcpys through shared memory cost less than one kernel copy of a cache-resident message
+    kernel_copy_of_memcpy: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,6 +69,7 @@ class BenchResult:
     config: BenchConfig
     rows: list[Row]
     memcpy_gbs: float | None
+    copies: CopyRates | None = None  # memcpy and the kernel's copy in cache (None: not measured)
     failures: dict[str, str] = field(default_factory=dict)  # backend -> error (partial rows may remain)
     skipped: dict[str, str] = field(default_factory=dict)  # backend -> why it was not run
     info: dict[str, dict[str, Any]] = field(default_factory=dict)  # backend -> what its ranks reported

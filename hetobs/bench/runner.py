@@ -33,6 +33,7 @@ from typing import Any, Callable
 from .backends import BACKENDS, backend_job, backend_unavailable
 from .config import BenchConfig, Progress
 from .rows import BenchResult, Plan, Samples, table_rows
+from .copy_probe import CopyRates, measure_copies
 from .units import DTYPES, MiB, element_count, format_size, plan_iters
 from .workers import BenchError, WorkerJob
 
@@ -85,9 +86,11 @@ def run_bench(config: BenchConfig, progress: Callable[[Progress], None] | None =
         plan.append((count * itemsize, count, *plan_iters(count * itemsize, cfg.quick)))
 
     memcpy_gbs = None
+    copies: CopyRates | None = None
     if cfg.memcpy_bytes > 0:
         tell(0, 0, f"measuring memcpy bandwidth ({format_size(cfg.memcpy_bytes)} copy)")
         memcpy_gbs = measure_memcpy(cfg.memcpy_bytes)
+        copies = measure_copies()
 
     workdir = tempfile.mkdtemp(prefix="hetobs-bench-")
     jobs: dict[str, WorkerJob] = {}
@@ -142,6 +145,8 @@ def run_bench(config: BenchConfig, progress: Callable[[Progress], None] | None =
         shutil.rmtree(workdir, ignore_errors=True)
 
     rows = table_rows(cfg, plan, samples, memcpy_gbs, type_name, cpu)
+    for row in rows:
+        row.kernel_copy_of_memcpy = copies.kernel_of_memcpy if copies else None
     notes = []
     for b, about in info.items():
         want = BACKENDS[b][1]
@@ -149,5 +154,5 @@ def run_bench(config: BenchConfig, progress: Callable[[Progress], None] | None =
             used = sorted({t for bye in about.get("exit", []) for t in bye.get("link_transports", [])})
             if used and used != [want]:
                 notes.append(f"{b}: ranks reported links over {', '.join(used)}, not only {want}")
-    return BenchResult(config=cfg, rows=rows, memcpy_gbs=memcpy_gbs, failures=failures, skipped=skipped,
+    return BenchResult(config=cfg, rows=rows, memcpy_gbs=memcpy_gbs, copies=copies, failures=failures, skipped=skipped,
                        info=info, notes=notes, wall_s=time.monotonic() - t_start)
