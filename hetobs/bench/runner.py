@@ -89,8 +89,8 @@ def run_bench(config: BenchConfig, progress: Callable[[Progress], None] | None =
     copies: CopyRates | None = None
     if cfg.memcpy_bytes > 0:
         tell(0, 0, f"measuring memcpy bandwidth ({format_size(cfg.memcpy_bytes)} copy)")
+        copies = measure_copies()  # first: right after freeing the big copy's buffers it read up to 2x low
         memcpy_gbs = measure_memcpy(cfg.memcpy_bytes)
-        copies = measure_copies()
 
     workdir = tempfile.mkdtemp(prefix="hetobs-bench-")
     jobs: dict[str, WorkerJob] = {}
