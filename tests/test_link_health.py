@@ -262,7 +262,10 @@ def test_window_is_quiet_on_a_healthy_job_then_names_the_rate_limited_host_as_sl
         assert data["status"] == "healthy" and data["verdicts"] == [], data
     assert rc == 0 and slow["status"] == "healthy", slow
     kinds = {v["kind"] for v in slow["verdicts"]}
-    assert kinds == {"slow_link"}, slow["verdicts"]
+    # The whole report on failure: its data problems and notes say whether a rank's dump was
+    # missing (fewer measured pairs than the rule needs). Seen once in CI (2026-12-07, 1 of ~10
+    # runs: no verdict at all), not reproduced alone.
+    assert kinds == {"slow_link"}, slow
     assert all(2 in v["links"][0] for v in slow["verdicts"]), slow["verdicts"]
     assert all(v["ranks"] == [] for v in slow["verdicts"])
 
