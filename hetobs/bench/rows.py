@@ -82,9 +82,10 @@ class BenchResult:
 
 
 def table_rows(cfg: BenchConfig, plan: Plan, samples: Samples, memcpy_gbs: float | None, type_name: str,
-               cpu: Samples | None = None) -> list[Row]:
+               cpu: Samples | None = None, copies: CopyRates | None = None) -> list[Row]:
     """The rows of every (backend, size) that completed on every rank, in config order; `cpu`, the
-    batches' CPU seconds per op in the shape of `samples`, gives cpu_us."""
+    batches' CPU seconds per op in the shape of `samples`, gives cpu_us; `copies`, the machine's
+    copy probe, kernel_copy_of_memcpy."""
     n = cfg.ranks
     factor = bus_factor(cfg.op, n)
     rows: list[Row] = []
@@ -108,7 +109,7 @@ def table_rows(cfg: BenchConfig, plan: Plan, samples: Samples, memcpy_gbs: float
                 time_us=t * 1e6, algbw=algbw, busbw=algbw * factor, memcpy_gbs=memcpy_gbs,
                 reps=min(len(s) for s in per_rank), warmup=warmup, iters=iters,
                 rank_time_us=[m * 1e6 for m in medians], cpu_us=cpu_us, bind=cfg.bind,
-                cpu_model=model,
+                cpu_model=model, kernel_copy_of_memcpy=copies.kernel_of_memcpy if copies else None,
             ))
     gloo = {r.size: r for r in rows if r.backend == "gloo"}
     ompi = {r.size: r for r in rows if r.backend == "ompi"}

@@ -32,8 +32,8 @@ from typing import Any, Callable
 
 from .backends import BACKENDS, backend_job, backend_unavailable
 from .config import BenchConfig, Progress
-from .rows import BenchResult, Plan, Samples, table_rows
 from .copy_probe import CopyRates, measure_copies
+from .rows import BenchResult, Plan, Samples, table_rows
 from .units import DTYPES, MiB, element_count, format_size, plan_iters
 from .workers import BenchError, WorkerJob
 
@@ -144,9 +144,7 @@ def run_bench(config: BenchConfig, progress: Callable[[Progress], None] | None =
                     info[b]["exit"] = byes
         shutil.rmtree(workdir, ignore_errors=True)
 
-    rows = table_rows(cfg, plan, samples, memcpy_gbs, type_name, cpu)
-    for row in rows:
-        row.kernel_copy_of_memcpy = copies.kernel_of_memcpy if copies else None
+    rows = table_rows(cfg, plan, samples, memcpy_gbs, type_name, cpu, copies)
     notes = []
     for b, about in info.items():
         want = BACKENDS[b][1]

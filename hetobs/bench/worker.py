@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable, TextIO
 import numpy as np
 
 from ..config import setting
+from .config import BINDINGS
 
 
 def _block(count: int, n: int) -> int:
@@ -312,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--control", default=None, help="HOST:PORT of the runner, instead of stdin/stdout")
-    p.add_argument("--bind", choices=("none", "core"), default="none",
+    p.add_argument("--bind", choices=BINDINGS, default="none",
                    help="core: run on the (rank mod CPUs)-th CPU this process may use")
     args = p.parse_args(argv)
 
